@@ -1,0 +1,3 @@
+"""On-VM agent: polls IMDS Scheduled Events and publishes each incarnation."""
+
+__version__ = "0.1.0"
