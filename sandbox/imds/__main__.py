@@ -1,0 +1,69 @@
+"""CLI: `python -m sandbox.imds --port N [--time-scale X] [--vm JSON|NAME ...]` (docs/imds-simulator.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import List, Optional, Sequence
+
+from .identity import Identity, from_spec
+from .server import build, run_forever, serve
+
+
+def _vm(value: str) -> Identity:
+    """--vm takes a JSON object ({"name": "vm0", "vmId": ...}) or a bare name."""
+    text = value.strip()
+    try:
+        spec = json.loads(text) if text.startswith("{") else {"name": text}
+        return from_spec(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad --vm {value!r}: {exc}") from exc
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sandbox.imds",
+                                description="Azure IMDS Scheduled Events simulator (loopback only).")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8169, help="listen port (default 8169; 0 = any free port)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="simulated durations pass X times faster in real time (default 1)")
+    p.add_argument("--vm", type=_vm, action="append", default=None, metavar="JSON|NAME",
+                   help='a VM to serve, e.g. \'{"name":"vm0","vmId":"..."}\' or a bare name; repeatable; '
+                        'default one VM "vm0"')
+    p.add_argument("--rate-limit", type=int, default=5,
+                   help="requests per VM per window before 429 (default 5; 0 disables)")
+    p.add_argument("--rate-window", type=float, default=1.0, help="the sliding window in seconds (default 1)")
+    p.add_argument("--first-call-delay", type=float, default=0.0, metavar="S",
+                   help="delay each VM's first /metadata request by S real seconds (IMDS may take 2 min)")
+    p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.time_scale <= 0:
+        parser().error("--time-scale must be > 0")
+    vms: List[Identity] = args.vm or [from_spec({"name": "vm0"})]
+    if len({v.name for v in vms}) != len(vms):
+        parser().error("VM names must be unique")
+    sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose)
+    httpd = serve(sim, args.host, args.port)
+
+    def stop(signum: int, _frame: object) -> None:
+        # shutdown() blocks until serve_forever returns: call it off the main thread.
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    host, port = httpd.server_address[:2]
+    print(json.dumps({"msg": "imds simulator listening", "url": f"http://{host}:{port}",
+                      "vms": [v.name for v in vms], "timeScale": args.time_scale}), flush=True)
+    run_forever(sim, httpd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

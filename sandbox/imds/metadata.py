@@ -1,0 +1,160 @@
+"""The /metadata routes, checked in IMDS's order of concerns, with faults applied last."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional
+
+from .clock import iso
+from .fabric import Fabric, UnknownEvent
+from .faults import Fault, FaultBook
+from .ratelimit import SlidingWindowLimiter
+from .responses import Response, error, json_response
+from .versions import INSTANCE_VERSIONS, SCHEDULED_EVENTS_VERSIONS, TOKEN_VERSIONS, render_event
+
+ROUTES: Dict[str, Any] = {  # path -> (route name for faults, allowed methods, valid api-versions)
+    "/metadata/scheduledevents": ("scheduledevents", ("GET", "POST"), SCHEDULED_EVENTS_VERSIONS),
+    "/metadata/instance/compute": ("compute", ("GET",), INSTANCE_VERSIONS),
+    "/metadata/instance": ("compute", ("GET",), INSTANCE_VERSIONS),
+    "/metadata/identity/oauth2/token": ("token", ("GET",), TOKEN_VERSIONS),
+}
+
+
+@dataclass
+class Request:
+    vm: str
+    method: str
+    path: str  # without any /vms/<name> prefix
+    query: Dict[str, str]
+    headers: Mapping[str, str]  # case-insensitive (http.client.HTTPMessage)
+    body: bytes
+
+
+class MetadataService:
+    def __init__(self, fabric: Fabric, faults: FaultBook, limiter: SlidingWindowLimiter,
+                 first_call_delay: float = 0.0) -> None:
+        self.fabric, self.faults, self.limiter = fabric, faults, limiter
+        self.first_call_delay = first_call_delay
+
+    def handle(self, req: Request) -> Response:
+        if self.fabric.count_call(req.vm) == 0 and self.first_call_delay > 0:
+            time.sleep(self.first_call_delay)  # "the first call can take up to 2 minutes"
+        if not self.limiter.admit(req.vm):
+            return error(429, "Too many requests")
+        if req.headers.get("X-Forwarded-For") is not None:
+            return error(400, "Bad request. Requests carrying an X-Forwarded-For header are rejected")
+        if (req.headers.get("Metadata") or "").lower() != "true":
+            return error(400, "Bad request. Required metadata header not specified")
+        route = ROUTES.get(req.path.rstrip("/") or "/")
+        if route is None:
+            return error(404, "Not found")
+        name, methods, versions = route
+        if req.method not in methods:
+            return Response(405, json.dumps({"error": "Method not allowed"}).encode(),
+                            {"Allow": ", ".join(methods), "Content-Type": "application/json; charset=utf-8"})
+        version = req.query.get("api-version")
+        if version not in versions:
+            why = "was not specified" if not version else f"'{version}' is invalid"
+            return error(400, f"Bad request. api-version {why}. For more information refer to "
+                         "aka.ms/azureimds",
+                         **{"newest-versions": list(versions[-3:][::-1]), "valid-versions": list(versions)})
+        bad = None
+        for fault in self.faults.take(req.vm, name, req.method):
+            if fault.kind == "slow":
+                time.sleep(fault.seconds)
+            else:
+                bad = fault
+        if bad is not None and bad.kind == "status":
+            return error(bad.status, f"Injected fault: status {bad.status}")
+        if name == "scheduledevents":
+            return self._scheduled_events(req, version, bad)
+        if name == "compute":
+            return self._compute(req, bad)
+        return self._token(req, bad)
+
+    # ---- routes ----------------------------------------------------------------------------
+    def _scheduled_events(self, req: Request, version: str, bad: Optional[Fault]) -> Response:
+        if req.method == "POST":
+            return self._start_requests(req)
+        incarnation, events = self.fabric.document(req.vm)
+        rendered = (render_event(ev, version) for ev in events)
+        shown: List[Dict[str, Any]] = [e for e in rendered if e is not None]
+        doc: Dict[str, Any] = {"DocumentIncarnation": incarnation, "Events": shown}
+        if bad is not None:
+            return _bad_body(bad, doc)
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        # ETag support is ours: the docs do not promise it, so clients must work without it.
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        if req.headers.get("If-None-Match") == etag:
+            return Response(304, b"", {"ETag": etag})
+        return Response(200, body, {"Content-Type": "application/json; charset=utf-8", "ETag": etag})
+
+    def _start_requests(self, req: Request) -> Response:
+        try:
+            payload = json.loads(req.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return error(400, "Bad request. The body is not valid JSON")
+        ids = _start_request_ids(payload)
+        if isinstance(ids, str):
+            return error(400, f"Bad request. {ids}")
+        try:
+            self.fabric.approve(req.vm, ids)
+        except UnknownEvent as exc:
+            # Our choice: the docs are silent on unknown ids; a typo must not pass silently.
+            return error(400, f"Bad request. Unknown EventId: {exc.args[0]}")
+        return Response(200, b"")
+
+    def _compute(self, req: Request, bad: Optional[Fault]) -> Response:
+        compute = self.fabric.vm(req.vm).identity.compute()
+        doc = compute if req.path.rstrip("/").endswith("compute") else {"compute": compute, "network": {}}
+        return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
+
+    def _token(self, req: Request, bad: Optional[Fault]) -> Response:
+        resource = req.query.get("resource")
+        if not resource:
+            return json_response(400, {"error": "invalid_request",
+                                       "error_description": "Required query variable 'resource' is missing"})
+        now = int(time.time())
+        ident = self.fabric.vm(req.vm).identity
+        doc = {"access_token": f"sandbox-fake-token.{ident.vmId}.{now}", "refresh_token": "",
+               "expires_in": "86399", "expires_on": str(now + 86399), "ext_expires_in": "86399",
+               "not_before": str(now), "resource": resource, "token_type": "Bearer",
+               "client_id": ident.vmId}
+        return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
+
+
+def _start_request_ids(payload: Any) -> Any:
+    """The EventIds of a StartRequests body, or a message saying what is wrong with it."""
+    if not isinstance(payload, dict):
+        return "The body must be a JSON object"
+    requests = payload.get("StartRequests")
+    if not isinstance(requests, list):
+        return "'StartRequests' must be a list"
+    if not requests:
+        return "'StartRequests' is empty"  # our choice: nothing to start is a malformed request
+    ids = []
+    for item in requests:
+        event_id = item.get("EventId") if isinstance(item, dict) else None
+        if not isinstance(event_id, str) or not event_id:
+            return "Each StartRequest must be an object with a non-empty string 'EventId'"
+        ids.append(event_id)
+    return ids
+
+
+def _bad_body(fault: Fault, doc: Dict[str, Any]) -> Response:
+    """200 with a body a client must not trust: broken JSON, or JSON that fails the schema."""
+    if fault.kind == "malformed":
+        text = json.dumps(doc)
+        return Response(200, text[: max(1, len(text) // 2)].encode(), {"Content-Type": "application/json"})
+    broken = dict(doc)
+    if "Events" in broken:
+        broken["Events"] = [*doc["Events"], {"EventId": "", "EventStatus": "Completed",
+                                               "EventType": "Explode", "ResourceType": "VirtualMachine",
+                                               "Resources": "not-a-list"}]
+        broken["DocumentIncarnation"] = -1
+    else:
+        broken = {**doc, "vmId": None, "name": 42, "generatedAt": iso(time.time())}
+    return json_response(200, broken)

@@ -1,0 +1,137 @@
+"""HTTP plumbing: one ThreadingHTTPServer on loopback routing /metadata, /vms/<name>/metadata, /admin."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, List, Sequence, Tuple
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .admin import AdminApi
+from .clock import Clock
+from .fabric import Fabric
+from .faults import FaultBook
+from .identity import Identity
+from .metadata import MetadataService, Request
+from .ratelimit import SlidingWindowLimiter
+from .requestlog import Entry, RequestLog
+from .responses import Response, error
+
+MAX_BODY = 1024 * 1024
+
+
+@dataclass
+class Simulator:
+    fabric: Fabric
+    faults: FaultBook
+    limiter: SlidingWindowLimiter
+    log: RequestLog
+    metadata: MetadataService
+    admin: AdminApi
+    verbose: bool = False
+
+
+def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
+          rate_window: float = 1.0, first_call_delay: float = 0.0, verbose: bool = False) -> Simulator:
+    fabric = Fabric(Clock(time_scale), identities)
+    faults, log = FaultBook(), RequestLog()
+    limiter = SlidingWindowLimiter(rate_limit, rate_window)
+    return Simulator(fabric, faults, limiter, log, MetadataService(fabric, faults, limiter, first_call_delay),
+                     AdminApi(fabric, faults, limiter, log), verbose)
+
+
+def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
+    """('vm name', path without the /vms/<name> prefix). Plain /metadata is the first VM."""
+    if path.startswith("/vms/"):
+        name, _, rest = path[len("/vms/"):].partition("/")
+        return unquote(name), "/" + rest
+    return sim.fabric.first_vm(), path
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like IMDS; every answer carries Content-Length
+    server_version = "IMDS-sandbox"
+    sim: Simulator  # set on the subclass built by serve()
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._send(error(413, f"body over {MAX_BODY} bytes"))
+            return
+        body = self.rfile.read(length) if length > 0 else b""
+        url = urlsplit(self.path)
+        query: Dict[str, str] = {}
+        for key, value in parse_qsl(url.query, keep_blank_values=True):
+            query.setdefault(key, value)
+        if url.path == "/admin" or url.path.startswith("/admin/"):
+            parts: List[str] = [unquote(p) for p in url.path[len("/admin/"):].split("/") if p]
+            self._send(self.sim.admin.handle(self.command, parts, query, body))
+            return
+        vm, path = split_vm(url.path, self.sim)
+        entry = Entry(t=time.time(), vm=vm, method=self.command, path=path, query=query,
+                      headers=dict(self.headers.items()), body=body.decode("utf-8", "replace"))
+        if vm not in self.sim.fabric.vm_names():
+            response = error(404, f"Not found (no simulated VM {vm!r})")
+        elif not path.startswith("/metadata"):
+            response = error(404, "Not found")
+        else:
+            response = self.sim.metadata.handle(Request(vm, self.command, path, query, self.headers, body))
+        entry.status = response.status
+        self.sim.log.add(entry)  # before answering: a client that got its answer finds it logged
+        self._send(response)
+
+    def _send(self, response: Response) -> None:
+        self.send_response(response.status)
+        for key, value in response.headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        if response.body and self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        if self.sim.verbose:
+            sys.stderr.write(f"imds {self.address_string()} {format % args}\n")
+
+
+def serve(sim: Simulator, host: str, port: int) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"sim": sim})
+    httpd = ThreadingHTTPServer((host, port), handler)
+    httpd.daemon_threads = True
+    return httpd
+
+
+def run_forever(sim: Simulator, httpd: ThreadingHTTPServer) -> None:
+    clock = sim.fabric.start_clock()
+    try:
+        httpd.serve_forever(poll_interval=0.5)
+    finally:
+        sim.fabric.stop()
+        clock.join(timeout=5)
+        httpd.server_close()
+
+
+def serve_in_thread(sim: Simulator, httpd: ThreadingHTTPServer) -> threading.Thread:
+    """For embedding (demo scripts): serve on a daemon thread; stop with httpd.shutdown()."""
+    thread = threading.Thread(target=run_forever, args=(sim, httpd), name="imds-http", daemon=True)
+    thread.start()
+    return thread
