@@ -1,0 +1,170 @@
+"""Every setting in ONE table: flag, env var, config-file key, default, meaning.
+
+Precedence: command-line flag > environment variable > JSON config file > default. Adding a
+setting is one `Setting(...)` line below; the CLI, the env/file loading and the docs table all
+come from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value or the config file is unreadable; the message names which."""
+
+
+def _positive_float(text: Any) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _positive_int(text: Any) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be >= 1")
+    return value
+
+
+def _str(text: Any) -> str:
+    return str(text)
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str                       # attribute and config-file key (snake_case)
+    default: Any
+    help: str
+    parse: Callable[[Any], Any] = _str
+    choices: Optional[Tuple[str, ...]] = None
+    secret: bool = False           # never printed
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "SE_FORWARDER_" + self.key.upper()
+
+
+DEFAULT_CONFIG = "/etc/se-forwarder/config.json"
+
+SETTINGS: Tuple[Setting, ...] = (
+    Setting("config", DEFAULT_CONFIG, "JSON config file (keys = the config keys below); "
+            "missing is fine unless given explicitly"),
+    Setting("imds_url", "http://169.254.169.254", "IMDS base URL (sandbox: http://127.0.0.1:N/vms/<name>)"),
+    Setting("api_version", "2020-07-01", "scheduled-events api-version"),
+    Setting("state_dir", "/var/lib/se-forwarder", "directory of the durable outbox (SQLite) and state"),
+    Setting("poll_interval", 1.0, "seconds between IMDS polls (IMDS recommends 1)", _positive_float),
+    Setting("heartbeat_interval", 60.0, "seconds between heartbeat envelopes", _positive_float),
+    Setting("sink", "file", "where envelopes go: file | stdout (eventhub: issue 3)",
+            choices=("eventhub", "file", "stdout")),
+    Setting("sink_file", "", "JSON-lines file for --sink file (default <state-dir>/published.jsonl)"),
+    Setting("eventhub_namespace", "", "Event Hubs fully qualified namespace (<ns>.servicebus.windows.net)"),
+    Setting("eventhub_name", "", "Event Hub name"),
+    Setting("eventhub_connection_string", "", "Event Hubs connection string: emulator/sandbox ONLY "
+            "(production uses managed identity)", secret=True),
+    Setting("client_id", "", "client id of a user-assigned managed identity (empty: system-assigned)"),
+    Setting("outbox_max_rows", 10000, "most envelopes kept pending; when full the oldest heartbeats, "
+            "then the oldest others are dropped and counted", _positive_int),
+    Setting("log_level", "info", "debug | info | warning | error",
+            choices=("debug", "info", "warning", "error")),
+)
+BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
+
+
+class Config:
+    """Resolved settings: `config.poll_interval`; `config.source("sink")` says where a value came from."""
+
+    def __init__(self, values: Dict[str, Any], sources: Dict[str, str]) -> None:
+        self._values = values
+        self._sources = sources
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def source(self, key: str) -> str:
+        return self._sources[key]
+
+    def as_dict(self, redact: bool = True) -> Dict[str, Any]:
+        return {k: ("***" if redact and BY_KEY[k].secret and v else v) for k, v in self._values.items()}
+
+    @property
+    def sink_path(self) -> Path:
+        return Path(self.sink_file) if self.sink_file else Path(self.state_dir) / "published.jsonl"
+
+
+def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
+    try:
+        value = setting.parse(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{setting.key} from {origin}: {raw!r} is not valid ({exc})") from exc
+    if setting.choices and value not in setting.choices:
+        choices = ", ".join(setting.choices)
+        raise ConfigError(f"{setting.key} from {origin}: {value!r} is not one of {choices}")
+    return value
+
+
+def read_file(path: Path) -> Dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a JSON object of settings")
+    unknown = sorted(set(data) - set(BY_KEY) - {"config"})
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(BY_KEY))}")
+    return data
+
+
+def load(flags: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> Config:
+    """Resolve every setting. `flags`: only the flags actually given (key -> value)."""
+    env = os.environ if env is None else env
+    config_setting = BY_KEY["config"]
+    if "config" in flags:
+        config_path, explicit = Path(flags["config"]), True
+    elif config_setting.env in env:
+        config_path, explicit = Path(env[config_setting.env]), True
+    else:
+        config_path, explicit = Path(DEFAULT_CONFIG), False
+    file_values: Dict[str, Any] = {}
+    if config_path.exists() or explicit:
+        file_values = read_file(config_path)
+    values: Dict[str, Any] = {}
+    sources: Dict[str, str] = {}
+    for setting in SETTINGS:
+        if setting.key in flags and flags[setting.key] is not None:
+            values[setting.key] = _coerce(setting, flags[setting.key], f"flag {setting.flag}")
+            sources[setting.key] = "flag"
+        elif setting.env in env:
+            values[setting.key] = _coerce(setting, env[setting.env], f"env {setting.env}")
+            sources[setting.key] = "env"
+        elif setting.key in file_values:
+            values[setting.key] = _coerce(setting, file_values[setting.key], f"config file {config_path}")
+            sources[setting.key] = "file"
+        else:
+            values[setting.key] = setting.default
+            sources[setting.key] = "default"
+    values["config"] = str(config_path)
+    return Config(values, sources)
+
+
+def markdown_table() -> str:
+    """The docs' settings table, generated from SETTINGS."""
+    lines = ["| flag | env | config key | default | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        default = "" if s.default == "" else f"`{s.default}`"
+        lines.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {default} | {s.help} |")
+    return "\n".join(lines)

@@ -1,0 +1,200 @@
+"""The durable outbox: SQLite in the state directory (WAL, synchronous=FULL).
+
+`put()` writes the envelope AND the forwarder's state (last incarnation, last document, ...) in ONE
+transaction, so a crash at any instant leaves either both or neither: a restart neither skips an
+incarnation (the state was not advanced) nor publishes it twice (the row and the state went
+together). A sink drains with `peek()` then `ack()` only after the send succeeded; an acknowledged
+row is deleted in its own committed transaction, so it is never sent again.
+
+Bounded: at most `max_rows` pending rows. When full, a put never fails and nothing goes silently:
+the oldest heartbeats are dropped first (a newer heartbeat says the same thing), then the oldest
+other envelopes (incarnations, quarantined documents, approval results; the newest are kept, since
+each incarnation carries the whole document); every drop is counted in `dropped()`, persistently,
+and reported in heartbeats.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from .clock import iso
+
+DB_NAME = "outbox.sqlite3"
+DEFAULT_MAX_ROWS = 10000
+HEARTBEAT_TYPE = "scheduledevents.heartbeat.v1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outbox_type ON outbox(type, seq);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class OutboxError(Exception):
+    """The outbox database cannot be opened or written: check --state-dir (exists, writable, disk space)."""
+
+
+@dataclass
+class Item:
+    seq: int
+    id: str
+    type: str
+    envelope: Dict[str, Any]
+    created_at: float
+
+
+class Outbox:
+    def __init__(self, state_dir: Path, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+        if max_rows < 1:
+            raise ValueError("outbox max_rows must be >= 1")
+        self.max_rows = max_rows
+        self.path = Path(state_dir) / DB_NAME
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise OutboxError(f"cannot open the outbox at {self.path}: {exc}; check --state-dir "
+                              "(it must exist or be creatable, be writable, and have free space)") from exc
+        self._lock = threading.Lock()
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def _get(self, key: str, default: Any = None) -> Any:
+        row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def _set(self, key: str, value: Any) -> None:
+        self._db.execute("INSERT INTO state(key, value) VALUES (?, ?) "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return self._get(key, default)
+
+    def set_state(self, values: Dict[str, Any]) -> None:
+        with self._lock, self._tx():
+            for key, value in values.items():
+                self._set(key, value)
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def put(self, envelope: Dict[str, Any], state: Optional[Dict[str, Any]] = None) -> int:
+        """Append `envelope` and apply `state` atomically. Returns the row's sequence number."""
+        body = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+        with self._lock, self._tx():
+            cur = self._db.execute("INSERT INTO outbox(id, type, body, created_at) VALUES (?, ?, ?, ?)",
+                                   (envelope["id"], envelope["type"], body, time.time()))
+            seq = int(cur.lastrowid or 0)
+            for key, value in (state or {}).items():
+                self._set(key, value)
+            self._enforce_bound(keep=seq)
+        return seq
+
+    def _enforce_bound(self, keep: int) -> None:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        excess = count - self.max_rows
+        if excess <= 0:
+            return
+        dropped = 0
+        # Oldest heartbeats first, then the oldest of everything else; never the row just written.
+        for clause in ("type = ?", "type != ?"):
+            if excess <= 0:
+                break
+            rows = self._db.execute(
+                f"SELECT seq FROM outbox WHERE {clause} AND seq != ? ORDER BY seq LIMIT ?",  # noqa: S608
+                (HEARTBEAT_TYPE, keep, excess)).fetchall()
+            if rows:
+                self._db.executemany("DELETE FROM outbox WHERE seq = ?", rows)
+                dropped += len(rows)
+                excess -= len(rows)
+        self._set("dropped", int(self._get("dropped", 0)) + dropped)
+
+    # ---- draining -----------------------------------------------------------------------------
+
+    def peek(self, limit: int = 100) -> List[Item]:
+        """The oldest `limit` pending envelopes, in order (nothing is removed)."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, id, type, body, created_at FROM outbox ORDER BY seq LIMIT ?",
+                                    (limit,)).fetchall()
+        return [Item(seq=r[0], id=r[1], type=r[2], envelope=json.loads(r[3]), created_at=r[4]) for r in rows]
+
+    def ack(self, seqs: Sequence[int]) -> None:
+        """The sink has these: delete them and record the send time (one transaction)."""
+        if not seqs:
+            return
+        with self._lock, self._tx():
+            self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs])
+            self._set("last_send_at", time.time())
+            self._set("last_error", None)
+
+    def record_error(self, message: str) -> None:
+        with self._lock, self._tx():
+            self._set("last_error", message[:500])
+            self._set("last_error_at", time.time())
+
+    # ---- reporting ----------------------------------------------------------------------------
+
+    def backlog(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+    def dropped(self) -> int:
+        return int(self.get_state("dropped", 0))
+
+    @property
+    def last_send_at(self) -> Optional[float]:
+        return self.get_state("last_send_at")
+
+    @property
+    def last_error(self) -> Optional[str]:
+        return self.get_state("last_error")
+
+    def stats(self) -> Dict[str, Any]:
+        """The heartbeat's `outbox` object."""
+        last = self.last_send_at
+        return {"backlog": self.backlog(), "dropped": self.dropped(),
+                "lastSendAt": iso(last) if last else None, "lastError": self.last_error}
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass  # another process holds a reader; the WAL is replayed on next open
+            self._db.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")
