@@ -1,0 +1,129 @@
+"""The local, durable record that keeps approvals at most once across crashes and redelivered messages.
+
+One JSON file in the state dir, replaced atomically (write temp, fsync, rename). It remembers:
+- events: EventId -> {state: "pending" (a POST may have gone out) | "approved", messageId, decidedBy, at}
+- messages: messageId -> the approval-result data published for it (so a second pass re-reports it)
+- fastpath: EventIds the local fast path has handled
+Entries older than `keep_seconds` are pruned (events live minutes to days; a week is ample).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "approvals-ledger.json"
+SECTIONS = ("events", "messages", "fastpath")
+
+
+class Ledger:
+    def __init__(
+        self, state_dir: str, keep_seconds: float = 8 * 24 * 3600.0, max_entries: int = 5000
+    ) -> None:
+        self.path = Path(state_dir) / FILE_NAME
+        self.keep_seconds = keep_seconds
+        self.max_entries = max_entries
+        self._lock = threading.RLock()
+        self._data: Dict[str, Dict[str, Any]] = {s: {} for s in SECTIONS}
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            # Keep the unreadable file for a person to inspect; start empty rather than refuse to run.
+            aside = self.path.with_suffix(f".corrupt-{int(time.time())}")
+            log.error("approval ledger %s unreadable (%s); moved to %s", self.path, exc, aside)
+            try:
+                self.path.replace(aside)
+            except OSError:
+                pass
+            return
+        for section in SECTIONS:
+            if isinstance(raw.get(section), dict):
+                self._data[section] = raw[section]
+
+    def _save(self) -> None:
+        self._prune()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self._data, fh, separators=(",", ":"), sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        if hasattr(os, "O_DIRECTORY"):
+            fd = os.open(str(self.path.parent), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _prune(self) -> None:
+        cutoff = time.time() - self.keep_seconds
+        for section in SECTIONS:
+            entries = self._data[section]
+            old = [k for k, v in entries.items() if float(v.get("t", 0)) < cutoff]
+            for k in old:
+                del entries[k]
+            if len(entries) > self.max_entries:
+                for k in sorted(entries, key=lambda k: float(entries[k].get("t", 0)))[
+                    : len(entries) - self.max_entries
+                ]:
+                    del entries[k]
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def event(self, event_id: str) -> Optional[Dict[str, Any]]:
+        with self._lock:
+            entry = self._data["events"].get(event_id)
+            return dict(entry) if entry else None
+
+    def mark_event(self, event_id: str, state: str, message_id: Optional[str], decided_by: str) -> None:
+        """Durably record `state` for an event ("pending" BEFORE the POST, "approved" after it)."""
+        with self._lock:
+            self._data["events"][event_id] = {
+                "state": state,
+                "messageId": message_id,
+                "decidedBy": decided_by,
+                "t": time.time(),
+            }
+            self._save()
+
+    def forget_event(self, event_id: str) -> None:
+        with self._lock:
+            if self._data["events"].pop(event_id, None) is not None:
+                self._save()
+
+    # ---- messages -------------------------------------------------------------------------------
+
+    def message(self, message_id: str) -> Optional[Dict[str, Any]]:
+        with self._lock:
+            entry = self._data["messages"].get(message_id)
+            return dict(entry["result"]) if entry else None
+
+    def mark_message(self, message_id: str, result: Dict[str, Any]) -> None:
+        """Record the result published for a queue message (after it is durable in the outbox)."""
+        with self._lock:
+            self._data["messages"][message_id] = {"result": result, "t": time.time()}
+            self._save()
+
+    # ---- fast path ------------------------------------------------------------------------------
+
+    def fastpath_seen(self, event_id: str) -> bool:
+        with self._lock:
+            return event_id in self._data["fastpath"]
+
+    def mark_fastpath(self, event_id: str) -> None:
+        with self._lock:
+            self._data["fastpath"][event_id] = {"t": time.time()}
+            self._save()

@@ -1,0 +1,38 @@
+"""The Storage queue clients: this VM's approval queue and its optional poison queue.
+
+In Azure the forwarder authenticates with its managed identity (Storage Queue Data Message
+Processor on its own queue: receive, delete; no send). Against Azurite a connection string is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from azure.storage.queue import QueueClient
+
+POISON_SUFFIX = "-poison"
+
+
+def queue_client(
+    queue_name: str,
+    service_uri: Optional[str] = None,
+    connection_string: Optional[str] = None,
+    credential: Any = None,
+) -> QueueClient:
+    """A QueueClient for `queue_name`: from a connection string (Azurite, tests) or the service URI plus a
+    credential (production: the IMDS-rate-limited managed identity credential). Messages are read as
+    plain text; `message.decode` accepts plain JSON and base64 JSON alike."""
+    if connection_string:
+        return QueueClient.from_connection_string(connection_string, queue_name)
+    if not service_uri:
+        raise ValueError(
+            "approvals need --queue-service-uri (https://<account>.queue.core.windows.net) "
+            "or --queue-connection-string"
+        )
+    if credential is None:
+        raise ValueError("a queue service URI needs a credential (the managed identity)")
+    return QueueClient(account_url=service_uri, queue_name=queue_name, credential=credential)
+
+
+def poison_queue_name(queue_name: str) -> str:
+    return (queue_name[: 63 - len(POISON_SUFFIX)] + POISON_SUFFIX).replace("--", "-")

@@ -1,0 +1,112 @@
+"""Recovery: when an event this VM was in disappears from the document (done or cancelled), run the
+post-event hooks and report (approval-result envelope, outcome `completed` or `post-hook-failed`).
+
+The events being watched are kept in the state dir, so an event that ends while the forwarder is
+down is still noticed on the first document after it starts again. Post-event hooks run at least
+once: a crash between the hook and the report runs them again on restart (keep them idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+from . import hooks
+from .approvals.gate import events_of, involves
+from .approvals.result import COMPLETED, POST_HOOK_FAILED, ApprovalResult
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "recovery-watched.json"
+DECIDED_BY = "local:recovery"
+
+
+@dataclass
+class Recovery:
+    state_dir: str
+    vm_id: str
+    vm_name: str
+    publish: Callable[[ApprovalResult], None]
+    hook_settings: hooks.HookSettings = field(default_factory=hooks.HookSettings)
+    _watched: Dict[str, Dict[str, Any]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _threads: List[threading.Thread] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.state_dir) / FILE_NAME
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                self._watched = {str(k): v for k, v in data.items() if isinstance(v, dict)}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.error(
+                "recovery state %s unreadable (%s); starting with no watched events", self.path, exc
+            )
+
+    def observe(self, document: Dict[str, Any]) -> None:
+        """Called with each valid IMDS document (never on a failed read: an error is not a disappearance)."""
+        current = {
+            str(e.get("EventId")): e
+            for e in events_of(document)
+            if e.get("EventId") and involves(e, self.vm_name)
+        }
+        listed = {str(e.get("EventId")) for e in events_of(document)}
+        with self._lock:
+            gone = [(eid, ev) for eid, ev in self._watched.items() if eid not in listed]
+            changed = gone or any(self._watched.get(eid) != ev for eid, ev in current.items())
+            for eid, _ in gone:
+                del self._watched[eid]
+            self._watched.update(current)
+            if changed:
+                self._save()
+        for event_id, event in gone:
+            thread = threading.Thread(
+                target=self._finish, args=(event_id, event), daemon=True, name=f"recovery-{event_id[:8]}"
+            )
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def watched(self) -> List[str]:
+        with self._lock:
+            return sorted(self._watched)
+
+    def _finish(self, event_id: str, event: Dict[str, Any]) -> None:
+        # The last status seen tells done from cancelled (an event that started and ended between two
+        # polls is reported as cancelled: IMDS gives no more).
+        ending = "completed" if event.get("EventStatus") == "Started" else "cancelled"
+        env = hooks.event_environment(event, self.vm_name, self.vm_id, extra={"SE_EVENT_END": ending})
+        run = hooks.run_phase(hooks.POST_EVENT, env, self.hook_settings)
+        failure = run.failure()
+        result = ApprovalResult(
+            event_id=event_id,
+            outcome=POST_HOOK_FAILED if failure else COMPLETED,
+            decided_by=DECIDED_BY,
+            reason=failure or f"event gone from IMDS ({ending}); {run.ran} post-event hook(s) ran",
+            hook=run.summary(),
+            extra={"ending": ending, "lastSeen": event},
+        )
+        log.info("event %s gone (%s): %s", event_id, ending, result.reason)
+        try:
+            self.publish(result)
+        except Exception as exc:  # noqa: BLE001 - keep the worker alive; the hook already ran
+            log.error("recovery: result for event %s not published: %s", event_id, exc)
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self._watched, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def join(self, timeout: float = 10.0) -> None:
+        for thread in list(self._threads):
+            thread.join(timeout)
