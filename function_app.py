@@ -1,0 +1,105 @@
+"""The Functions entry (Python v2 programming model): bindings only; the policy lives in `central`.
+
+Setting names used here are exactly those in central/app_settings.json (tests/functions checks it).
+This is the only module of the central side that reads the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import azure.functions as func
+
+if TYPE_CHECKING:
+    from central.service import CentralService
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+log = logging.getLogger("function_app")
+
+_service: Optional[CentralService] = None
+_service_lock = threading.Lock()
+
+
+def central() -> CentralService:
+    """One CentralService per worker process, built on first use from the app settings."""
+    global _service
+    if _service is None:
+        with _service_lock:
+            if _service is None:
+                from central.service import CentralService
+
+                _service = CentralService.from_settings(dict(os.environ))
+    return _service
+
+
+def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body, default=str), status_code=status_code, mimetype="application/json"
+    )
+
+
+# Bad envelopes never raise (central records them as quarantined); only infrastructure failures
+# (Storage unreachable...) raise, so the host's retry policy (host.json "retry") runs the batch again
+# before the checkpoint moves on.
+@app.event_hub_message_trigger(
+    arg_name="events",
+    event_hub_name="%EVENTHUB_NAME%",
+    consumer_group="%EVENTHUB_CONSUMER_GROUP%",
+    connection="EventHubConnection",
+    cardinality=func.Cardinality.MANY,
+)
+def ingest(events: List[func.EventHubEvent]) -> None:
+    result = central().handle_batch([event.get_body() for event in events])
+    log.info("ingest: %d envelopes: %s", len(events), result)
+
+
+@app.timer_trigger(arg_name="timer", schedule="%REEVALUATE_SCHEDULE%", run_on_startup=False)
+def reevaluate(timer: func.TimerRequest) -> None:
+    if timer.past_due:
+        log.warning("reevaluate: running late (past due)")
+    decisions = central().reevaluate()
+    log.info("reevaluate: %d decisions", len(decisions))
+
+
+@app.route(route="events/pending", methods=[func.HttpMethod.GET])
+def pending(req: func.HttpRequest) -> func.HttpResponse:
+    return _json(central().pending())
+
+
+@app.route(route="events/{event_id}/{action:alpha}", methods=[func.HttpMethod.POST])
+def decide(req: func.HttpRequest) -> func.HttpResponse:
+    """Approve or hold one event by hand. Body: {"reason": "...", "operator": "..."}.
+
+    The operator is the signed-in principal when App Service authentication is on (the platform sets
+    X-MS-CLIENT-PRINCIPAL-NAME and strips it from clients); otherwise the body's `operator`, which
+    the function key alone vouches for.
+    """
+    try:
+        body = req.get_json() if req.get_body() else {}
+    except ValueError:
+        return _json({"error": 'the body must be JSON: {"reason": "...", "operator": "..."}'}, 400)
+    if not isinstance(body, dict):
+        return _json({"error": "the body must be a JSON object"}, 400)
+    operator = req.headers.get("x-ms-client-principal-name") or str(body.get("operator") or "").strip()
+    reason = str(body.get("reason") or "").strip()
+    action = req.route_params["action"].lower()
+    if action not in ("approve", "hold"):
+        return _json({"error": f"unknown action {action!r}: approve | hold"}, 404)
+    if not operator or not reason:
+        return _json({"error": "an operator and a reason are required"}, 400)
+    try:
+        outcome = central().decide(req.route_params["event_id"], action, operator, reason)
+    except LookupError as exc:
+        return _json({"error": str(exc)}, 404)
+    except ValueError as exc:
+        return _json({"error": str(exc)}, 409)
+    return _json(outcome)
+
+
+@app.route(route="health", methods=[func.HttpMethod.GET])
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    return _json(central().health())

@@ -1,0 +1,68 @@
+"""The parts of host.json the runner honours, with the host's defaults where host.json is silent."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
+
+
+def timespan_seconds(value: Optional[str], default: Optional[float] = None) -> Optional[float]:
+    """A .NET TimeSpan string (`[d.]hh:mm:ss[.fff]`) in seconds."""
+    if value is None:
+        return default
+    match = _TIMESPAN.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a TimeSpan (expected [d.]hh:mm:ss)")
+    days, hours, minutes, seconds = match.groups()
+    return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+@dataclass(frozen=True)
+class EventHubOptions:
+    """`extensions.eventHubs` (Event Hubs extension 5.x names and defaults)."""
+
+    max_event_batch_size: int = 100
+    max_wait_time: float = 60.0
+    prefetch_count: int = 300
+    batch_checkpoint_frequency: int = 1
+    initial_offset: str = "fromStart"  # fromStart | fromEnd | fromEnqueuedTime
+    initial_enqueued_time_utc: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    route_prefix: str = "api"
+    event_hubs: EventHubOptions = EventHubOptions()
+    retry: Optional[Dict[str, Any]] = None
+    raw: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def load(cls, path: Optional[Path]) -> HostConfig:
+        if path is None or not Path(path).exists():
+            return cls()
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        if raw.get("version") != "2.0":
+            raise ValueError(f'{path}: host.json needs "version": "2.0"')
+        extensions = raw.get("extensions", {})
+        hubs = extensions.get("eventHubs", {})
+        offset = hubs.get("initialOffsetOptions", {})
+        defaults = EventHubOptions()
+        options = EventHubOptions(
+            max_event_batch_size=int(hubs.get("maxEventBatchSize", defaults.max_event_batch_size)),
+            max_wait_time=float(timespan_seconds(hubs.get("maxWaitTime"), defaults.max_wait_time) or 0),
+            prefetch_count=int(hubs.get("prefetchCount", defaults.prefetch_count)),
+            batch_checkpoint_frequency=int(
+                hubs.get("batchCheckpointFrequency", defaults.batch_checkpoint_frequency)
+            ),
+            initial_offset=str(offset.get("type", defaults.initial_offset)),
+            initial_enqueued_time_utc=offset.get("enqueuedTimeUtc"),
+        )
+        route_prefix = extensions.get("http", {}).get("routePrefix", "api")
+        return cls(
+            route_prefix=str(route_prefix).strip("/"), event_hubs=options, retry=raw.get("retry"), raw=raw
+        )

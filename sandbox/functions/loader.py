@@ -1,0 +1,109 @@
+"""Load a v2-model FunctionApp and describe its functions from their own binding metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import azure.functions as func
+
+log = logging.getLogger("sandbox.functions")
+
+
+@dataclass
+class FunctionSpec:
+    """One function as the host sees it: its function.json bindings and the user's callable."""
+
+    name: str
+    trigger: Dict[str, Any]
+    bindings: List[Dict[str, Any]]
+    callable: Callable[..., Any]
+    retry: Optional[Dict[str, Any]]
+
+    @property
+    def trigger_type(self) -> str:
+        return str(self.trigger["type"])
+
+    def invoke(self, reason: str, **arguments: Any) -> Any:
+        """Call the function with `arguments`, logging the way the host does (Executing / Executed)."""
+        invocation = str(uuid.uuid4())
+        log.info("Executing 'Functions.%s' (Reason='%s', Id=%s)", self.name, reason, invocation)
+        started = time.monotonic()
+        try:
+            result = self.callable(**self._accepted(arguments, invocation))
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+        except Exception as exc:
+            log.error(
+                "Executed 'Functions.%s' (Failed, Id=%s, Duration=%dms): %s: %s",
+                self.name,
+                invocation,
+                (time.monotonic() - started) * 1000,
+                type(exc).__name__,
+                exc,
+            )
+            raise
+        log.info(
+            "Executed 'Functions.%s' (Succeeded, Id=%s, Duration=%dms)",
+            self.name,
+            invocation,
+            (time.monotonic() - started) * 1000,
+        )
+        return result
+
+    def _accepted(self, arguments: Dict[str, Any], invocation: str) -> Dict[str, Any]:
+        parameters = inspect.signature(self.callable).parameters
+        if "context" in parameters and "context" not in arguments:
+            arguments = {**arguments, "context": InvocationContext(invocation, self.name)}
+        return arguments
+
+
+@dataclass(frozen=True)
+class InvocationContext:
+    """What a function's `context` parameter offers here (a subset of func.Context)."""
+
+    invocation_id: str
+    function_name: str
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def find_app(module: Any) -> func.FunctionApp:
+    """The module's FunctionApp (conventionally `app`), found by type, not by name."""
+    apps = [v for v in vars(module).values() if isinstance(v, func.FunctionApp)]
+    if len(apps) != 1:
+        raise RuntimeError(
+            f"{module.__name__} must define exactly one azure.functions.FunctionApp; found {len(apps)}"
+        )
+    return apps[0]
+
+
+def load_functions(module_name: str) -> List[FunctionSpec]:
+    """Import `module_name` and list its functions from get_functions() / get_function_json()."""
+    module = importlib.import_module(module_name)
+    specs = []
+    for fn in find_app(module).get_functions():
+        document = json.loads(fn.get_function_json())
+        bindings = document["bindings"]
+        triggers = [b for b in bindings if str(b.get("type", "")).endswith("Trigger")]
+        if len(triggers) != 1:
+            raise RuntimeError(f"function {fn.get_function_name()} has {len(triggers)} triggers; needs one")
+        specs.append(
+            FunctionSpec(
+                name=fn.get_function_name(),
+                trigger=triggers[0],
+                bindings=bindings,
+                callable=fn.get_user_function(),
+                retry=fn.get_settings_dict("retry_policy"),
+            )
+        )
+    return specs
