@@ -1,0 +1,45 @@
+"""The asyncio TCP server: one Connection per client, loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Set
+
+from .connection import Connection
+from .store import Broker
+
+log = logging.getLogger("sandbox.eventhubs")
+LOOPBACK = "127.0.0.1"
+
+
+async def serve(broker: Broker, port: int, host: str = LOOPBACK) -> None:
+    """Serve until SIGTERM/SIGINT, then close every connection and the partition files."""
+    connections: Set[asyncio.Task] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        connections.add(task)
+        try:
+            await Connection(reader, writer, broker).run()
+        finally:
+            connections.discard(task)
+
+    server = await asyncio.start_server(handle, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    hubs = ", ".join(f"{h.name}({len(h.partitions)})" for h in broker.hubs.values())
+    log.info("Event Hubs sandbox listening on %s:%d, hubs: %s", host, port, hubs)
+    print(f"listening on {host}:{port} hubs: {hubs}", flush=True)
+    async with server:
+        await stop.wait()
+        server.close()
+        for task in list(connections):
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+    broker.close()
+    log.info("stopped")
