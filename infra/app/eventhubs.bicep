@@ -1,0 +1,131 @@
+// Event Hubs: the namespace (local/SAS auth off, TLS 1.2), the hub the forwarders publish to
+// (partition key = vmId keeps one VM in order), a consumer group for the central Functions and one for
+// analytics, and optional Capture to blob storage (authenticated with the namespace's own identity).
+@description('Azure region.')
+param location string
+
+@description('Tags put on every resource.')
+param tags object
+
+@description('Event Hubs namespace name.')
+param namespaceName string
+
+@description('Event Hub name.')
+param hubName string
+
+@description('Partitions of the hub (fixed after creation on Standard).')
+@minValue(1)
+@maxValue(32)
+param partitionCount int
+
+@description('Days messages stay in the hub (Standard: 1-7).')
+@minValue(1)
+@maxValue(7)
+param messageRetentionInDays int
+
+@description('Throughput units of the Standard namespace.')
+@minValue(1)
+@maxValue(40)
+param capacity int
+
+@description('Enabled or Disabled: public network access to the namespace.')
+@allowed([
+  'Enabled'
+  'Disabled'
+  'SecuredByPerimeter'
+])
+param publicNetworkAccess string
+
+@description('Consumer group the central Functions read with.')
+param functionsConsumerGroupName string
+
+@description('Consumer group for downstream analytics.')
+param analyticsConsumerGroupName string
+
+@description('Turn on Capture to blob storage.')
+param captureEnabled bool
+
+@description('Storage account resource id Capture writes to.')
+param captureStorageAccountId string
+
+@description('Blob container Capture writes to.')
+param captureContainerName string
+
+@description('Seconds between Capture files.')
+@minValue(60)
+@maxValue(900)
+param captureIntervalInSeconds int
+
+resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
+  name: namespaceName
+  location: location
+  tags: tags
+  sku: {
+    name: 'Standard'
+    tier: 'Standard'
+    capacity: capacity
+  }
+  // The namespace's own identity writes Capture files (storage shared keys are off).
+  identity: {
+    type: 'SystemAssigned'
+  }
+  properties: {
+    disableLocalAuth: true
+    minimumTlsVersion: '1.2'
+    publicNetworkAccess: publicNetworkAccess
+    isAutoInflateEnabled: false
+    zoneRedundant: true
+  }
+}
+
+resource hub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' = {
+  parent: namespace
+  name: hubName
+  properties: {
+    partitionCount: partitionCount
+    messageRetentionInDays: messageRetentionInDays
+    captureDescription: captureEnabled ? {
+      enabled: true
+      encoding: 'Avro'
+      intervalInSeconds: captureIntervalInSeconds
+      sizeLimitInBytes: 314572800
+      skipEmptyArchives: true
+      destination: {
+        name: 'EventHubArchive.AzureBlockBlob'
+        identity: {
+          type: 'SystemAssigned'
+        }
+        properties: {
+          storageAccountResourceId: captureStorageAccountId
+          blobContainer: captureContainerName
+          archiveNameFormat: '{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}'
+        }
+      }
+    } : null
+  }
+}
+
+resource functionsConsumerGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = {
+  parent: hub
+  name: functionsConsumerGroupName
+  properties: {
+    userMetadata: 'Central Functions (policy, log store, approvals).'
+  }
+}
+
+resource analyticsConsumerGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = {
+  parent: hub
+  name: analyticsConsumerGroupName
+  properties: {
+    userMetadata: 'Downstream analytics; reads independently of the Functions.'
+  }
+}
+
+output namespaceId string = namespace.id
+output namespaceName string = namespace.name
+output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'
+output hubId string = hub.id
+output hubName string = hub.name
+output namespacePrincipalId string = namespace.identity.principalId
+output functionsConsumerGroupName string = functionsConsumerGroup.name
+output analyticsConsumerGroupName string = analyticsConsumerGroup.name

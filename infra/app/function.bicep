@@ -1,0 +1,198 @@
+// The Function app on Flex Consumption (Linux, Python 3.11), running as its user-assigned identity:
+// identity-based connections to Event Hubs, Storage queues/tables and host storage; the deployment
+// package read from a blob container with the same identity; no keys or connection strings anywhere.
+@description('Azure region.')
+param location string
+
+@description('Tags put on every resource.')
+param tags object
+
+@description('Tags only on the site (azd finds the service by azd-service-name).')
+param siteTags object
+
+@description('Flex Consumption plan name.')
+param planName string
+
+@description('Function app name.')
+param functionAppName string
+
+@description('Resource id of the Function app user-assigned identity.')
+param identityId string
+
+@description('Client id of the Function app user-assigned identity.')
+param identityClientId string
+
+@description('Storage account name (host storage, queues, tables).')
+param storageAccountName string
+
+@description('URL of the deployment blob container.')
+param deploymentContainerUrl string
+
+@description('Fully qualified Event Hubs namespace (name.servicebus.windows.net).')
+param eventHubsFullyQualifiedNamespace string
+
+@description('Event Hub name.')
+param eventHubName string
+
+@description('Consumer group the Functions read with.')
+param consumerGroupName string
+
+@description('Application Insights connection string.')
+param appInsightsConnectionString string
+
+@description('The central policy JSON (schemas/policy.schema.json); empty: the built-in defaults.')
+param policyJson string
+
+@description('Key Vault secret URI of the webhook URL; empty: alerts only logged.')
+param webhookSecretUri string
+
+@description('generic, teams or slack.')
+@allowed([
+  'generic'
+  'teams'
+  'slack'
+])
+param alertWebhookFormat string
+
+@description('Prefix of the log store table names.')
+param tablePrefix string
+
+@description('NCRONTAB schedule of the re-evaluation timer.')
+param reevaluateSchedule string
+
+@description('Most instances the app scales out to.')
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int
+
+@description('Memory of each instance (MB).')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int
+
+// The one list of the app's own setting names is central/app_settings.json (function_app.py reads the
+// same file). This object gives each name its value from the resources; tests/infra checks that its keys
+// are exactly that list, both ways. (No items()/objectKeys() loop here: checkov's Bicep parser cannot
+// read those functions, and a file it cannot parse would go unscanned.)
+var settingsDoc = loadJsonContent('../../central/app_settings.json')
+
+var appSettingValues = {
+  EVENTHUB_NAME: eventHubName
+  EVENTHUB_CONSUMER_GROUP: consumerGroupName
+  EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
+  EventHubConnection__credential: 'managedidentity'
+  EventHubConnection__clientId: identityClientId
+  ApprovalStorage__queueServiceUri: 'https://${storageAccountName}.queue.${environment().suffixes.storage}'
+  ApprovalStorage__tableServiceUri: 'https://${storageAccountName}.table.${environment().suffixes.storage}'
+  ApprovalStorage__credential: 'managedidentity'
+  ApprovalStorage__clientId: identityClientId
+  POLICY_JSON: policyJson
+  ALERT_WEBHOOK_URL: empty(webhookSecretUri) ? '' : '@Microsoft.KeyVault(SecretUri=${webhookSecretUri})'
+  ALERT_WEBHOOK_FORMAT: alertWebhookFormat
+  TABLE_PREFIX: tablePrefix
+  REEVALUATE_SCHEDULE: reevaluateSchedule
+}
+
+// Same key set <=> the union adds no key and both have the same count.
+var appSettingNamesMatch = length(union(settingsDoc.settings, appSettingValues)) == length(settingsDoc.settings) && length(appSettingValues) == length(settingsDoc.settings)
+
+// What the Functions host itself needs (not the app's code): host storage over the identity, and
+// Application Insights with Entra (AAD) auth because the component has local auth disabled.
+var hostSettingValues = {
+  AzureWebJobsStorage__accountName: storageAccountName
+  AzureWebJobsStorage__credential: 'managedidentity'
+  AzureWebJobsStorage__clientId: identityClientId
+  APPLICATIONINSIGHTS_CONNECTION_STRING: appInsightsConnectionString
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource site 'Microsoft.Web/sites@2024-04-01' = {
+  name: functionAppName
+  location: location
+  tags: siteTags
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientCertMode: 'Optional'
+    // Key Vault references resolve with the user-assigned identity, not a system one.
+    keyVaultReferenceIdentity: identityId
+    siteConfig: {
+      minTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: deploymentContainerUrl
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+}
+
+// All app settings in one PUT (it replaces the whole set: nothing stale survives a redeploy).
+resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
+  parent: site
+  name: 'appsettings'
+  properties: union(hostSettingValues, appSettingValues)
+}
+
+// Basic-auth publishing (FTP and SCM) off: deployments go through Entra ID only.
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: site
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: site
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output functionAppId string = site.id
+output functionAppName string = site.name
+output defaultHostName string = site.properties.defaultHostName
+output appSettingNamesMatch bool = appSettingNamesMatch

@@ -1,0 +1,32 @@
+// Two user-assigned identities with separate jobs, so each gets only its own roles:
+// the Function app (reads events, sends approvals) and the VMs' forwarders (send events, take approvals).
+@description('Azure region.')
+param location string
+
+@description('Tags put on every resource.')
+param tags object
+
+@description('Name of the Function app identity.')
+param functionIdentityName string
+
+@description('Name of the identity the forwarders on the VMs use.')
+param vmIdentityName string
+
+resource functionIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: functionIdentityName
+  location: location
+  tags: tags
+}
+
+resource vmIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: vmIdentityName
+  location: location
+  tags: tags
+}
+
+output functionIdentityId string = functionIdentity.id
+output functionIdentityClientId string = functionIdentity.properties.clientId
+output functionIdentityPrincipalId string = functionIdentity.properties.principalId
+output vmIdentityId string = vmIdentity.id
+output vmIdentityClientId string = vmIdentity.properties.clientId
+output vmIdentityPrincipalId string = vmIdentity.properties.principalId

@@ -1,0 +1,140 @@
+// One storage account: the Functions host (blobs: leases, Event Hubs checkpoints), the Flex deployment
+// package, the approval queues (one per VM, created by the central package), the log store (tables),
+// the forwarder artifacts (wheelhouse, install scripts) and, optionally, Event Hubs Capture.
+// Shared key access is off: every caller authenticates with Entra ID (managed identity).
+@description('Azure region.')
+param location string
+
+@description('Tags put on every resource.')
+param tags object
+
+@description('Storage account name (3-24 lowercase letters and digits).')
+@minLength(3)
+@maxLength(24)
+param storageAccountName string
+
+@description('Blob container for the Flex Consumption deployment package.')
+param deploymentContainerName string
+
+@description('Blob container the VMs download the forwarder wheelhouse and install scripts from.')
+param artifactsContainerName string
+
+@description('Blob container Event Hubs Capture writes to (created only when capture is on).')
+param captureContainerName string
+
+@description('Create the Capture container.')
+param captureEnabled bool
+
+@description('Enabled or Disabled: public network access to the account.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string
+
+@description('Storage redundancy SKU.')
+param skuName string
+
+resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: storageAccountName
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: skuName
+  }
+  properties: {
+    accessTier: 'Hot'
+    allowSharedKeyAccess: false
+    allowBlobPublicAccess: false
+    allowCrossTenantReplication: false
+    defaultToOAuthAuthentication: true
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    publicNetworkAccess: publicNetworkAccess
+    networkAcls: {
+      bypass: 'AzureServices'
+      defaultAction: 'Allow'
+    }
+    encryption: {
+      keySource: 'Microsoft.Storage'
+      requireInfrastructureEncryption: true
+      services: {
+        blob: {
+          enabled: true
+          keyType: 'Account'
+        }
+        file: {
+          enabled: true
+          keyType: 'Account'
+        }
+        queue: {
+          enabled: true
+          keyType: 'Account'
+        }
+        table: {
+          enabled: true
+          keyType: 'Account'
+        }
+      }
+    }
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: account
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+    containerDeleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+  }
+}
+
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: deploymentContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource artifactsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: artifactsContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = if (captureEnabled) {
+  parent: blobService
+  name: captureContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+// Approval queues are created per VM at run time by the central package (names derive from vmId).
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: account
+  name: 'default'
+}
+
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+  parent: account
+  name: 'default'
+}
+
+output accountId string = account.id
+output accountName string = account.name
+output blobEndpoint string = account.properties.primaryEndpoints.blob
+output queueEndpoint string = account.properties.primaryEndpoints.queue
+output tableEndpoint string = account.properties.primaryEndpoints.table
+output deploymentContainerUrl string = '${account.properties.primaryEndpoints.blob}${deploymentContainer.name}'
+output artifactsContainerUrl string = '${account.properties.primaryEndpoints.blob}${artifactsContainer.name}'

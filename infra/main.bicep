@@ -1,0 +1,314 @@
+// The whole pipeline in one deployment: a resource group and, in it, Event Hubs, Storage, the Function
+// app on Flex Consumption, Key Vault, monitoring, alerts and every role assignment.
+// Deploy: `az deployment sub create -l <region> -f infra/main.bicep -p infra/main.bicepparam` or `azd up`.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(40)
+@description('Environment name (azd sets it); part of every resource name.')
+param environmentName string
+
+@minLength(1)
+@description('Azure region of every resource.')
+param location string
+
+@description('Resource group name; empty: rg-<environmentName>.')
+param resourceGroupName string = ''
+
+@description('Tags put on every resource.')
+param tags object = {}
+
+@description('Event Hub name the forwarders publish to.')
+param eventHubName string = 'scheduled-events'
+
+@minValue(1)
+@maxValue(32)
+@description('Partitions of the hub. One VM always maps to one partition (key = vmId).')
+param eventHubPartitionCount int = 4
+
+@minValue(1)
+@maxValue(7)
+@description('Days events stay in the hub.')
+param eventHubRetentionDays int = 7
+
+@minValue(1)
+@maxValue(40)
+@description('Throughput units of the Standard namespace.')
+param eventHubCapacity int = 1
+
+@allowed([
+  'Enabled'
+  'Disabled'
+  'SecuredByPerimeter'
+])
+@description('Public network access of the Event Hubs namespace (Disabled needs private endpoints you add).')
+param eventHubsPublicNetworkAccess string = 'Enabled'
+
+@description('Consumer group the central Functions read with.')
+param functionsConsumerGroupName string = 'central-functions'
+
+@description('Consumer group for downstream analytics.')
+param analyticsConsumerGroupName string = 'analytics'
+
+@description('Capture every event to blob storage (Avro) for analytics.')
+param captureEnabled bool = false
+
+@minValue(60)
+@maxValue(900)
+@description('Seconds between Capture files.')
+param captureIntervalInSeconds int = 300
+
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+@description('Public network access of the storage account.')
+param storagePublicNetworkAccess string = 'Enabled'
+
+@allowed([
+  'Standard_LRS'
+  'Standard_ZRS'
+  'Standard_GRS'
+  'Standard_GZRS'
+])
+@description('Storage redundancy.')
+param storageSkuName string = 'Standard_ZRS'
+
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+@description('Public network access of Key Vault (the app resolves the webhook reference over it).')
+param keyVaultPublicNetworkAccess string = 'Enabled'
+
+@description('The central policy JSON (schemas/policy.schema.json); empty: the built-in defaults.')
+param policyJson string = ''
+
+@secure()
+@description('Alert webhook URL, stored in Key Vault; empty: alerts are only logged.')
+param alertWebhookUrl string = ''
+
+@allowed([
+  'generic'
+  'teams'
+  'slack'
+])
+@description('Format of the alert webhook body.')
+param alertWebhookFormat string = 'generic'
+
+@description('Prefix of the log store table names.')
+param tablePrefix string = 'scheduledevents'
+
+@description('NCRONTAB schedule of the timer that re-evaluates held events.')
+param reevaluateSchedule string = '0 */1 * * * *'
+
+@minValue(1)
+@maxValue(1000)
+@description('Most Flex Consumption instances.')
+param functionMaximumInstanceCount int = 40
+
+@allowed([
+  512
+  2048
+  4096
+])
+@description('Memory of each Flex Consumption instance (MB).')
+param functionInstanceMemoryMB int = 2048
+
+@minValue(30)
+@maxValue(730)
+@description('Days Log Analytics keeps data.')
+param logRetentionInDays int = 30
+
+@description('Email address that receives the pipeline health alerts.')
+param alertEmailAddress string
+
+@minValue(5)
+@maxValue(1440)
+@description('Minutes without a heartbeat after which a forwarder alert fires.')
+param heartbeatMissingMinutes int = 15
+
+@description('Log marker of a processed heartbeat (contract with the central package).')
+param heartbeatLogMarker string = 'se.heartbeat'
+
+@description('Log marker of a heartbeat that reports outbox drops (contract with the central package).')
+param outboxDropLogMarker string = 'se.outbox_dropped'
+
+@description('Set by the deployment: the webhook secret expires one year after it.')
+param deploymentTime string = utcNow()
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var allTags = union(tags, {
+  'azd-env-name': environmentName
+})
+var webhookSecretName = 'alert-webhook-url'
+var deploymentContainerName = 'app-package-${take(resourceToken, 10)}'
+var artifactsContainerName = 'forwarder-artifacts'
+var captureContainerName = 'eventhub-capture'
+var functionAppName = 'func-se-${resourceToken}'
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: empty(resourceGroupName) ? 'rg-${environmentName}' : resourceGroupName
+  location: location
+  tags: allTags
+}
+
+module identities 'app/identity.bicep' = {
+  name: 'identities'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    functionIdentityName: 'id-se-func-${resourceToken}'
+    vmIdentityName: 'id-se-vm-${resourceToken}'
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    workspaceName: 'log-se-${resourceToken}'
+    appInsightsName: 'appi-se-${resourceToken}'
+    retentionInDays: logRetentionInDays
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    storageAccountName: 'stse${resourceToken}'
+    deploymentContainerName: deploymentContainerName
+    artifactsContainerName: artifactsContainerName
+    captureContainerName: captureContainerName
+    captureEnabled: captureEnabled
+    publicNetworkAccess: storagePublicNetworkAccess
+    skuName: storageSkuName
+  }
+}
+
+module eventHubs 'app/eventhubs.bicep' = {
+  name: 'eventhubs'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    namespaceName: 'evhns-se-${resourceToken}'
+    hubName: eventHubName
+    partitionCount: eventHubPartitionCount
+    messageRetentionInDays: eventHubRetentionDays
+    capacity: eventHubCapacity
+    publicNetworkAccess: eventHubsPublicNetworkAccess
+    functionsConsumerGroupName: functionsConsumerGroupName
+    analyticsConsumerGroupName: analyticsConsumerGroupName
+    captureEnabled: captureEnabled
+    captureStorageAccountId: storage.outputs.accountId
+    captureContainerName: captureContainerName
+    captureIntervalInSeconds: captureIntervalInSeconds
+  }
+}
+
+module keyVault 'app/keyvault.bicep' = {
+  name: 'keyvault'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    keyVaultName: 'kv-se-${take(resourceToken, 15)}'
+    publicNetworkAccess: keyVaultPublicNetworkAccess
+    webhookSecretName: webhookSecretName
+    alertWebhookUrl: alertWebhookUrl
+    webhookSecretExpiry: dateTimeToEpoch(dateTimeAdd(deploymentTime, 'P1Y'))
+  }
+}
+
+module roles 'app/roles.bicep' = {
+  name: 'roles'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.accountName
+    artifactsContainerName: artifactsContainerName
+    captureContainerName: captureContainerName
+    captureEnabled: captureEnabled
+    eventHubsNamespaceName: eventHubs.outputs.namespaceName
+    eventHubName: eventHubs.outputs.hubName
+    eventHubsNamespacePrincipalId: eventHubs.outputs.namespacePrincipalId
+    keyVaultName: keyVault.outputs.vaultName
+    webhookSecretName: webhookSecretName
+    hasWebhookSecret: keyVault.outputs.hasWebhookSecret
+    appInsightsName: monitoring.outputs.appInsightsName
+    functionPrincipalId: identities.outputs.functionIdentityPrincipalId
+    vmPrincipalId: identities.outputs.vmIdentityPrincipalId
+  }
+}
+
+module functionApp 'app/function.bicep' = {
+  name: 'function-app'
+  scope: rg
+  // The app starts reading the hub and the secret at once: its roles must exist first.
+  dependsOn: [
+    roles
+  ]
+  params: {
+    location: location
+    tags: allTags
+    siteTags: union(allTags, {
+      'azd-service-name': 'central'
+    })
+    planName: 'plan-se-${resourceToken}'
+    functionAppName: functionAppName
+    identityId: identities.outputs.functionIdentityId
+    identityClientId: identities.outputs.functionIdentityClientId
+    storageAccountName: storage.outputs.accountName
+    deploymentContainerUrl: storage.outputs.deploymentContainerUrl
+    eventHubsFullyQualifiedNamespace: eventHubs.outputs.fullyQualifiedNamespace
+    eventHubName: eventHubs.outputs.hubName
+    consumerGroupName: eventHubs.outputs.functionsConsumerGroupName
+    appInsightsConnectionString: monitoring.outputs.connectionString
+    policyJson: policyJson
+    webhookSecretUri: keyVault.outputs.webhookSecretUri
+    alertWebhookFormat: alertWebhookFormat
+    tablePrefix: tablePrefix
+    reevaluateSchedule: reevaluateSchedule
+    maximumInstanceCount: functionMaximumInstanceCount
+    instanceMemoryMB: functionInstanceMemoryMB
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    actionGroupName: 'ag-se-${resourceToken}'
+    actionGroupShortName: 'se-alerts'
+    alertEmailAddress: alertEmailAddress
+    workspaceId: monitoring.outputs.workspaceId
+    functionAppName: functionApp.outputs.functionAppName
+    heartbeatMissingMinutes: heartbeatMissingMinutes
+    heartbeatLogMarker: heartbeatLogMarker
+    outboxDropLogMarker: outboxDropLogMarker
+  }
+}
+
+// azd reads these (AZURE_*), and the forwarder install takes the SE_FORWARDER_* values from them.
+output AZURE_LOCATION string = location
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.functionAppName
+output EVENTHUB_NAMESPACE string = eventHubs.outputs.fullyQualifiedNamespace
+output EVENTHUB_NAME string = eventHubs.outputs.hubName
+output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGroupName
+output STORAGE_ACCOUNT_NAME string = storage.outputs.accountName
+output QUEUE_SERVICE_URI string = storage.outputs.queueEndpoint
+output TABLE_SERVICE_URI string = storage.outputs.tableEndpoint
+output FORWARDER_ARTIFACTS_URL string = storage.outputs.artifactsContainerUrl
+output VM_IDENTITY_ID string = identities.outputs.vmIdentityId
+output VM_IDENTITY_CLIENT_ID string = identities.outputs.vmIdentityClientId
+output KEY_VAULT_NAME string = keyVault.outputs.vaultName
+output ACTION_GROUP_ID string = alerts.outputs.actionGroupId
