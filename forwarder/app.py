@@ -53,8 +53,47 @@ def build(config: Config) -> App:
         if heartbeat.tick():
             publisher.wake()
 
+    approvals = _approvals(config, client, outbox, poller, publisher, daemon)
     daemon.add_worker("poller", lambda stop: poller.poll_once(), interval=config.poll_interval)
     daemon.add_worker("publisher", publisher.step)
     daemon.add_worker("heartbeat", heartbeat_step, interval=min(1.0, config.heartbeat_interval))
+    daemon.add_worker("approvals", approvals.step)
+    daemon.on_close += [approvals.close]
     daemon.on_close += [lambda: publisher.flush(timeout=5.0), sink.close, outbox.close, client.close]
     return App(config, client, outbox, sink, poller, publisher, heartbeat, daemon)
+
+
+def approval_settings(config: Config, limiter: Any = None) -> Any:
+    """docs/approvals.md: the approval reader, hooks and fast path, from the settings table."""
+    from . import hooks
+    from .approvals.reader import ReaderSettings
+    from .approvals.service import ApprovalSettings, poison_dir
+
+    credential = None
+    if config.queue_service_uri and not config.queue_connection_string:
+        from azure.identity import ManagedIdentityCredential
+
+        from .imds import RateLimitedCredential
+        inner = ManagedIdentityCredential(client_id=config.client_id or None)
+        credential = RateLimitedCredential(inner, limiter) if limiter is not None else inner
+    return ApprovalSettings(
+        state_dir=config.state_dir, queue_service_uri=config.queue_service_uri,
+        queue_connection_string=config.queue_connection_string, credential=credential,
+        reader=ReaderSettings(fast_interval=config.approval_fast_interval,
+                              slow_interval=config.approval_slow_interval,
+                              visibility_timeout=config.approval_visibility_timeout,
+                              max_dequeue=config.approval_max_dequeue,
+                              poison_queue=config.approval_poison_queue,
+                              poison_dir=poison_dir(config.state_dir)),
+        hooks=hooks.HookSettings(hook_dir=config.hook_dir, timeout_seconds=config.hook_timeout),
+        local_event_types=tuple(config.local_event_types), local_approve=config.local_approve)
+
+
+def _approvals(config: Config, client: ImdsClient, outbox: Outbox, poller: Poller, publisher: Publisher,
+               daemon: Any) -> Any:
+    from .approvals.service import ApprovalService
+
+    service = ApprovalService(approval_settings(config, client.limiter), client, outbox,
+                              poller.ensure_identity, wake_publisher=publisher.wake, stop=daemon.stop)
+    poller.subscribers.append(service.subscriber)
+    return service

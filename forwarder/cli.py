@@ -5,6 +5,7 @@ Exit codes (documented in docs/forwarder.md):
   3 IMDS did not answer      4 IMDS refused the request (4xx, redirect) or its compute metadata
   5 the document is invalid (not JSON or fails the schema; `run` would quarantine it)
   6 the state directory / outbox cannot be opened
+  7 `approve`: not approved (rejected by the checks, the hook failed, or the POST failed)
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ EXIT_IMDS_UNAVAILABLE = 3
 EXIT_IMDS_REJECTED = 4
 EXIT_INVALID_DOCUMENT = 5
 EXIT_STATE = 6
+EXIT_NOT_APPROVED = 7  # `approve`: rejected by the checks, the hook failed, or the POST failed
 
 EPILOG = """settings: every flag also reads env SE_FORWARDER_<NAME> and the config file key <name>
 (precedence: flag > env > config file > default).
 exit codes: 0 ok, 1 unexpected error, 2 bad usage/configuration, 3 IMDS did not answer,
-4 IMDS refused the request, 5 document invalid, 6 state directory/outbox unusable."""
+4 IMDS refused the request, 5 document invalid, 6 state directory/outbox unusable,
+7 approve: not approved."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="se-forwarder", description="Forward Azure IMDS Scheduled Events from this VM.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"se-forwarder {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{run,check}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,check,approve}")
     sub.required = True
     sub.add_parser("run", parents=[common], help="run the forwarder daemon (until SIGTERM/SIGINT)",
                    description="Poll IMDS, publish each incarnation through the durable outbox, "
@@ -56,11 +59,21 @@ def _parser() -> argparse.ArgumentParser:
                    "exit code says whether IMDS answered and the document is valid",
                    description="One poll of IMDS (nothing is published); prints a JSON report on stdout.",
                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    approve = sub.add_parser(
+        "approve", parents=[common], help="approve (start) one Scheduled event of this VM now (operator)",
+        description="The same checks as a central approval (IMDS lists the event now, Scheduled, this VM "
+                    "in Resources), optionally the pre-approve hook, then the POST; the result is "
+                    "published as an approval-result envelope (decidedBy operator:<user>). Exit 0 if "
+                    "approved, 7 if not.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    approve.add_argument("event_id", metavar="EVENT_ID", help="the EventId IMDS lists")
+    approve.add_argument("--hook", action="store_true", help="run the pre-approve hooks first; POST only "
+                         "if they succeed")
     return parser
 
 
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
-    return {k: v for k, v in vars(args).items() if k != "command"}
+    return {k: v for k, v in vars(args).items() if k not in ("command", "event_id", "hook")}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -73,7 +86,57 @@ def main(argv: Optional[List[str]] = None) -> int:
     logs.setup(config.log_level)
     if args.command == "run":
         return run(config)
+    if args.command == "approve":
+        return approve(config, args.event_id, args.hook, _operator())
     return check(config)
+
+
+def _operator() -> str:
+    """Who runs `approve`: the user behind sudo if any, else the login user."""
+    import getpass
+
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def approve(config: Config, event_id: str, hook: bool, user: str) -> int:
+    """`se-forwarder approve EVENT_ID [--hook]` (docs/approvals.md)."""
+    from . import envelope
+    from .app import approval_settings
+    from .approvals.approver import APPROVE, HOOK_THEN_APPROVE, Approver
+    from .approvals.ledger import Ledger
+    from .approvals.result import APPROVED
+    from .identity import IdentityError, from_compute
+    from .imds import ImdsClient, ImdsRejected, ImdsUnavailable
+    from .outbox import Outbox, OutboxError
+
+    settings = approval_settings(config)
+    client = ImdsClient(config.imds_url, config.api_version, retry_seconds=10.0)
+    try:
+        vm = from_compute(client.get_compute())
+        approver = Approver(client, Ledger(config.state_dir), vm.vm_id, vm.name, settings.hooks)
+        result = approver.decide(event_id, HOOK_THEN_APPROVE if hook else APPROVE, f"operator:{user}"[:256],
+                                 reason="approved on the VM with se-forwarder approve")
+    except ImdsUnavailable as exc:
+        print(f"se-forwarder approve: {exc}", file=sys.stderr)
+        return EXIT_IMDS_UNAVAILABLE
+    except (ImdsRejected, IdentityError) as exc:
+        print(f"se-forwarder approve: {exc}", file=sys.stderr)
+        return EXIT_IMDS_REJECTED
+    finally:
+        client.close()
+    data = result.data(vm.as_vm())
+    try:
+        outbox = Outbox(Path(config.state_dir), max_rows=config.outbox_max_rows)
+        try:
+            outbox.put(envelope.approval_result(vm, data))  # the running daemon publishes it
+        finally:
+            outbox.close()
+        data["reported"] = True
+    except OutboxError as exc:
+        print(f"se-forwarder approve: result not recorded in the outbox: {exc}", file=sys.stderr)
+        data["reported"] = False
+    print(json.dumps(data, indent=2, default=str))
+    return EXIT_OK if result.outcome == APPROVED else EXIT_NOT_APPROVED
 
 
 def run(config: Config) -> int:

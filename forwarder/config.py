@@ -36,6 +36,23 @@ def _str(text: Any) -> str:
     return str(text)
 
 
+def _bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _names(text: Any) -> Tuple[str, ...]:
+    """A comma-separated list (or a JSON list in the config file); empty = none."""
+    items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
 @dataclass(frozen=True)
 class Setting:
     key: str                       # attribute and config-file key (snake_case)
@@ -76,6 +93,28 @@ SETTINGS: Tuple[Setting, ...] = (
             "then the oldest others are dropped and counted", _positive_int),
     Setting("log_level", "info", "debug | info | warning | error",
             choices=("debug", "info", "warning", "error")),
+    # approvals, hooks, fast path (docs/approvals.md)
+    Setting("queue_service_uri", "", "approval queues: https://<account>.queue.core.windows.net "
+            "(managed identity); empty with no connection string: no central approvals"),
+    Setting("queue_connection_string", "", "approval queues via a connection string: Azurite/sandbox "
+            "ONLY", secret=True),
+    Setting("approval_fast_interval", 2.0, "seconds between approval-queue reads while this VM has a "
+            "Scheduled event", _positive_float),
+    Setting("approval_slow_interval", 60.0, "seconds between approval-queue reads otherwise",
+            _positive_float),
+    Setting("approval_visibility_timeout", 360, "seconds a received approval stays invisible (> hook "
+            "timeout + POST); after a crash it reappears then", _positive_int),
+    Setting("approval_max_dequeue", 5, "an approval message received more often than this is poison: "
+            "reported and set aside", _positive_int),
+    Setting("approval_poison_queue", False, "try moving poison messages to <queue>-poison (needs send "
+            "rights VMs normally lack); else they are deleted after the report", _bool),
+    Setting("hook_dir", "/etc/se-forwarder/hooks", "hook directory: pre-approve.d/ and post-event.d/"),
+    Setting("hook_timeout", 300.0, "seconds a hook may run before its process group is killed",
+            _positive_float),
+    Setting("local_event_types", ("Preempt", "Terminate"), "event types the local fast path handles at once "
+            "(comma-separated; empty: none)", _names),
+    Setting("local_approve", False, "fast path: approve those events locally after the pre-approve hook "
+            "(without waiting for central)", _bool),
 )
 BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
 

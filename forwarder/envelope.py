@@ -118,3 +118,12 @@ def heartbeat(vm: VmIdentity, version: str, started_at: str, last_incarnation: O
         "imds": imds,
     }
     return build(vm, HEARTBEAT, f"{vm.vm_id}:heartbeat:{at}", data, time=at)
+
+
+def approval_result(vm: VmIdentity, data: Dict[str, Any]) -> Dict[str, Any]:
+    """An approval result (forwarder/approvals). `data` from ApprovalResult.data(vm.as_vm()). The id
+    hashes the decision (event, message, outcome, decider, reason), not the time: a re-report after a
+    crash carries the same id."""
+    key = {k: data.get(k) for k in ("eventId", "messageId", "outcome", "decidedBy", "reason")}
+    id_ = f"{vm.vm_id}:approvalresult:{data.get('eventId') or '-'}:{sha256(canonical(key))[:16]}"
+    return build(vm, APPROVAL_RESULT, id_, data, time=data.get("at"))

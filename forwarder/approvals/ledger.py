@@ -9,13 +9,19 @@ Entries older than `keep_seconds` are pruned (events live minutes to days; a wee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
+
+try:
+    import fcntl
+except ImportError:  # Windows: the thread lock alone (one service process)
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +37,35 @@ class Ledger:
         self.keep_seconds = keep_seconds
         self.max_entries = max_entries
         self._lock = threading.RLock()
+        self._lock_path = self.path.with_suffix(".lock")
+        self._depth = 0
         self._data: Dict[str, Dict[str, Any]] = {s: {} for s in SECTIONS}
-        self._load()
+        with self._locked():
+            pass
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Thread lock + an advisory file lock, and a fresh read: the daemon and `se-forwarder approve`
+        share the file, so every access re-reads it and every change is read-modify-write."""
+        with self._lock:
+            if self._depth:  # nested in this thread: the file lock is already held
+                yield
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._depth += 1
+            with open(self._lock_path, "a+") as lock_file:
+                if fcntl is not None:
+                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+                try:
+                    self._load()
+                    yield
+                finally:
+                    self._depth -= 1
+                    if fcntl is not None:
+                        fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
     def _load(self) -> None:
+        self._data = {s: {} for s in SECTIONS}
         if not self.path.exists():
             return
         try:
@@ -84,13 +115,13 @@ class Ledger:
     # ---- events ---------------------------------------------------------------------------------
 
     def event(self, event_id: str) -> Optional[Dict[str, Any]]:
-        with self._lock:
+        with self._locked():
             entry = self._data["events"].get(event_id)
             return dict(entry) if entry else None
 
     def mark_event(self, event_id: str, state: str, message_id: Optional[str], decided_by: str) -> None:
         """Durably record `state` for an event ("pending" BEFORE the POST, "approved" after it)."""
-        with self._lock:
+        with self._locked():
             self._data["events"][event_id] = {
                 "state": state,
                 "messageId": message_id,
@@ -100,30 +131,30 @@ class Ledger:
             self._save()
 
     def forget_event(self, event_id: str) -> None:
-        with self._lock:
+        with self._locked():
             if self._data["events"].pop(event_id, None) is not None:
                 self._save()
 
     # ---- messages -------------------------------------------------------------------------------
 
     def message(self, message_id: str) -> Optional[Dict[str, Any]]:
-        with self._lock:
+        with self._locked():
             entry = self._data["messages"].get(message_id)
             return dict(entry["result"]) if entry else None
 
     def mark_message(self, message_id: str, result: Dict[str, Any]) -> None:
         """Record the result published for a queue message (after it is durable in the outbox)."""
-        with self._lock:
+        with self._locked():
             self._data["messages"][message_id] = {"result": result, "t": time.time()}
             self._save()
 
     # ---- fast path ------------------------------------------------------------------------------
 
     def fastpath_seen(self, event_id: str) -> bool:
-        with self._lock:
+        with self._locked():
             return event_id in self._data["fastpath"]
 
     def mark_fastpath(self, event_id: str) -> None:
-        with self._lock:
+        with self._locked():
             self._data["fastpath"][event_id] = {"t": time.time()}
             self._save()

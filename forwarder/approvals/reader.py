@@ -75,6 +75,7 @@ class ApprovalReader:
         self.queue_missing = False
         self.stats: Dict[str, int] = {"receives": 0, "messages": 0, "errors": 0, "poison": 0}
         self.last_error: Optional[str] = None
+        self._backoff = Backoff(base=1.0, cap=max(1.0, self.settings.slow_interval))
 
     # ---- adaptive polling -----------------------------------------------------------------------
 
@@ -95,23 +96,25 @@ class ApprovalReader:
 
     def run(self, max_seconds: Optional[float] = None) -> None:
         """Poll until `stop` (or `max_seconds`). Queue errors back off (jittered, capped), never end it."""
-        backoff = Backoff(base=1.0, cap=max(1.0, self.settings.slow_interval))
         end = None if max_seconds is None else time.monotonic() + max_seconds
         while not self.stop.is_set() and (end is None or time.monotonic() < end):
-            try:
-                more = self.poll_once()
-                backoff.reset()
-                wait = 0.0 if more else self.interval()
-            except AzureError as exc:
-                self.stats["errors"] += 1
-                self.last_error = (
-                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                )
-                wait = max(0.5, backoff.next_delay())
-                log.warning("approval queue unavailable (%s); retrying in %.1fs", self.last_error, wait)
-            if end is not None:
-                wait = min(wait, max(0.0, end - time.monotonic()))
-            self._sleep(wait)
+            self.step(None if end is None else max(0.0, end - time.monotonic()))
+
+    def step(self, max_wait: Optional[float] = None) -> None:
+        """One receive and its messages, then the adaptive wait (the daemon's worker step)."""
+        try:
+            more = self.poll_once()
+            self._backoff.reset()
+            wait = 0.0 if more else self.interval()
+        except AzureError as exc:
+            self.stats["errors"] += 1
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            self.last_error = f"{type(exc).__name__}: {first}"
+            wait = max(0.5, self._backoff.next_delay())
+            log.warning("approval queue unavailable (%s); retrying in %.1fs", self.last_error, wait)
+        if max_wait is not None:
+            wait = min(wait, max_wait)
+        self._sleep(wait)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
