@@ -1,0 +1,98 @@
+"""Helpers to run the sandbox Functions runner as a child process against the real stand-ins."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+from sandbox import processes
+
+REPO = processes.REPO
+
+
+@dataclass
+class RunnerFiles:
+    """Where one runner's settings, host.json, log and records live."""
+
+    directory: Path
+
+    @property
+    def settings(self) -> Path:
+        return self.directory / "local.settings.json"
+
+    @property
+    def host_json(self) -> Path:
+        return self.directory / "host.json"
+
+    @property
+    def records(self) -> Path:
+        return self.directory / "records.jsonl"
+
+    def write(
+        self,
+        values: Dict[str, str],
+        keys: Optional[Dict[str, Any]] = None,
+        host: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        values = {"FUNCTIONS_WORKER_RUNTIME": "python", "RECORD_FILE": str(self.records), **values}
+        self.settings.write_text(json.dumps({"IsEncrypted": False, "Values": values, "Keys": keys or {}}))
+        if host is not None:
+            self.host_json.write_text(json.dumps(host))
+
+    def read_records(self) -> List[Dict[str, Any]]:
+        if not self.records.exists():
+            return []
+        return [json.loads(line) for line in self.records.read_text().splitlines() if line.strip()]
+
+
+def start_runner(files: RunnerFiles, app: str, port: Optional[int] = None) -> processes.Server:
+    """`python -m sandbox.functions` on a free loopback port, logs in files.directory/functions.log."""
+    port = port or processes.free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "sandbox.functions",
+        "--settings",
+        str(files.settings),
+        "--app",
+        app,
+        "--app-dir",
+        str(REPO),
+        "--port",
+        str(port),
+    ]
+    if files.host_json.exists():
+        argv += ["--host-json", str(files.host_json)]
+    return processes.start("functions", argv, {"http": port}, log_dir=files.directory, timeout=60)
+
+
+def wait_until(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str,
+    server: Optional[processes.Server] = None,
+    interval: float = 0.2,
+) -> Any:
+    """Poll `condition` (bounded in time) until it returns something truthy; fail with the runner's log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if server is not None and server.proc.poll() is not None:
+            break
+        time.sleep(interval)
+    log = server.log_path.read_text()[-4000:] if server is not None and server.log_path else ""
+    pytest.fail(f"timed out waiting for {what}\n--- runner log ---\n{log}")
+
+
+@pytest.fixture
+def runner_files(tmp_path: Path) -> RunnerFiles:
+    return RunnerFiles(tmp_path / "runner")
