@@ -106,7 +106,8 @@ def test_approval_starts_the_event_and_clears_not_before(sim: ImdsSimulator) -> 
 
 
 def test_start_request_for_a_known_id_is_200_even_if_already_approved(sim: ImdsSimulator) -> None:
-    event = sim.add_event(eventType="Reboot", resources=["vm0", "vm1"], noticeSeconds=HOUR, startedSeconds=HOUR)
+    event = sim.add_event(eventType="Reboot", resources=["vm0", "vm1"], noticeSeconds=HOUR,
+                          startedSeconds=HOUR)
     assert sim.approve([event["eventId"]], vm="vm0").status_code == 200
     assert sim.approve([event["eventId"]], vm="vm1").status_code == 200
     assert sim.approve([event["eventId"]], vm="vm0").status_code == 200
@@ -190,7 +191,8 @@ def test_started_without_scheduled(sim: ImdsSimulator) -> None:
 
 def test_shared_event_appears_identically_and_one_approval_starts_it_for_all(sim: ImdsSimulator) -> None:
     vm2_before = sim.scheduled_events("vm2")
-    event = sim.add_event(eventType="Freeze", resources=["vm0", "vm1"], noticeSeconds=HOUR, startedSeconds=HOUR)
+    event = sim.add_event(eventType="Freeze", resources=["vm0", "vm1"], noticeSeconds=HOUR,
+                          startedSeconds=HOUR)
     doc0, doc1 = sim.scheduled_events("vm0"), sim.scheduled_events("vm1")
     assert doc0 == doc1 and doc0["Events"][0]["EventId"] == event["eventId"]
     assert doc0["Events"][0]["Resources"] == ["vm0", "vm1"]
@@ -244,7 +246,8 @@ def test_default_notice_and_duration_follow_the_reference(sim: ImdsSimulator) ->
 @pytest.mark.parametrize("spec,status", [
     ({"eventType": "Explode"}, 400), ({}, 400), ({"eventType": "Freeze", "eventSource": "Admin"}, 400),
     ({"eventType": "Freeze", "audience": ["nope"]}, 400), ({"eventType": "Freeze", "resources": "vm0"}, 400),
-    ({"eventType": "Freeze", "durationInSeconds": -2}, 400), ({"eventType": "Freeze", "noticeSeconds": -1}, 400),
+    ({"eventType": "Freeze", "durationInSeconds": -2}, 400),
+    ({"eventType": "Freeze", "noticeSeconds": -1}, 400),
     ({"eventType": "Freeze", "status": "Completed"}, 400),
 ])
 def test_admin_rejects_bad_event_requests_with_a_message(sim: ImdsSimulator, spec: Dict[str, Any],
