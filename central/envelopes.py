@@ -1,0 +1,89 @@
+"""Parse and validate one envelope body (schemas/envelope.schema.json).
+
+A body that is not JSON or fails the schema becomes a `BadEnvelope` (kept whole, with its errors)
+instead of an exception, so one bad message never stops the rest of a batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Optional, Union
+
+import schemas
+
+from .timeutil import parse
+
+SCHEMA = "envelope.schema.json"
+INCARNATION = "scheduledevents.incarnation.v1"
+HEARTBEAT = "scheduledevents.heartbeat.v1"
+QUARANTINED = "scheduledevents.quarantined.v1"
+APPROVAL_RESULT = "scheduledevents.approvalresult.v1"
+
+
+@dataclass
+class Envelope:
+    """A schema-valid envelope, with the fields central keys on pulled out."""
+
+    id: str
+    type: str
+    vm_id: str
+    vm_name: str
+    time: datetime
+    data: Dict[str, Any]
+    raw: Dict[str, Any]
+
+    @property
+    def vm(self) -> Dict[str, Any]:
+        return self.data.get("vm") or {}
+
+
+@dataclass
+class BadEnvelope:
+    """A body central could not accept: its text, why, and a stable hash to dedupe replays."""
+
+    text: str
+    errors: List[Dict[str, str]]
+    sha256: str
+    vm_id: Optional[str] = None
+    envelope_id: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def _text(body: Union[bytes, str]) -> str:
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body).decode("utf-8", errors="replace")
+    return str(body)
+
+
+def parse_body(body: Union[bytes, str]) -> Union[Envelope, BadEnvelope]:
+    """One Event Hubs message body -> Envelope, or BadEnvelope with the reasons."""
+    text = _text(body)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        return BadEnvelope(text, [{"path": "/", "message": f"not JSON: {exc}"[:300]}], digest)
+    validator = schemas.validator(SCHEMA)
+    if not validator.is_valid(obj):  # the fast path; the full error list only for the rare bad one
+        errs = schemas.errors(SCHEMA, obj)
+        vm_id = None
+        env_id = None
+        if isinstance(obj, dict):
+            vm_id = obj.get("partitionkey") if isinstance(obj.get("partitionkey"), str) else None
+            env_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+        return BadEnvelope(text, errs, digest, vm_id=vm_id, envelope_id=env_id)
+    data = obj["data"]
+    time = parse(obj["time"])
+    if time is None:
+        return BadEnvelope(text, [{"path": "/time", "message": "unreadable date-time"}], digest)
+    vm = data.get("vm") or {}
+    vm_id = vm.get("vmId") or obj["partitionkey"]
+    if obj["partitionkey"] != vm_id:
+        return BadEnvelope(text, [{"path": "/partitionkey",
+                                   "message": f"partitionkey {obj['partitionkey']!r} is not data.vm.vmId {vm_id!r}"}],
+                           digest, vm_id=vm_id, envelope_id=obj["id"])
+    return Envelope(id=obj["id"], type=obj["type"], vm_id=vm_id, vm_name=vm.get("name") or obj["subject"],
+                    time=time, data=data, raw=obj)
