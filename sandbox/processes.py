@@ -109,12 +109,14 @@ def azurite_connection_string(blob: int, queue: int, table: int) -> str:
     )
 
 
-def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = None) -> Server:
-    """Azurite from node_modules (npm ci), in memory unless `location` is given."""
+def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = None,
+                  ports: Optional[Dict[str, int]] = None) -> Server:
+    """Azurite from node_modules (npm ci), in memory unless `location` is given. `ports` (blob, queue,
+    table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point."""
     binary = REPO / "node_modules" / ".bin" / "azurite"
     if not binary.exists():
         raise RuntimeError("Azurite is not installed: run `npm ci` (make does it for you)")
-    ports = {"blob": free_port(), "queue": free_port(), "table": free_port()}
+    ports = dict(ports) if ports else {"blob": free_port(), "queue": free_port(), "table": free_port()}
     argv: List[str] = [str(binary), "--silent", "--skipApiVersionCheck", "--disableProductStyleUrl",
                        "--blobHost", LOOPBACK, "--queueHost", LOOPBACK, "--tableHost", LOOPBACK,
                        "--blobPort", str(ports["blob"]), "--queuePort", str(ports["queue"]),
@@ -150,3 +152,11 @@ def eventhubs_connection_string(port: int, hub: str) -> str:
     """The official emulator's connection-string form: the same code runs against Microsoft's emulator."""
     return (f"Endpoint=sb://{LOOPBACK}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
             f"SharedAccessKey=SAS_KEY_VALUE;EntityPath={hub};UseDevelopmentEmulator=true")
+
+
+def start_webhook_receiver(args: Sequence[str] = (), log_dir: Optional[Path] = None,
+                           port: Optional[int] = None) -> Server:
+    """The local alert webhook receiver (`python -m sandbox.webhook_receiver`); it prints each alert."""
+    port = port or free_port()
+    return start("webhook", [sys.executable, "-m", "sandbox.webhook_receiver", "--port", str(port), *args],
+                 {"http": port}, log_dir=log_dir)
