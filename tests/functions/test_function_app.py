@@ -1,0 +1,148 @@
+"""function_app.py as the host indexes it, and its setting names against central/app_settings.json."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+import function_app
+
+REPO = Path(__file__).resolve().parents[2]
+CATALOGUE = json.loads((REPO / "central" / "app_settings.json").read_text())
+SETTINGS: Dict[str, str] = CATALOGUE["settings"]
+
+
+# get_functions() indexes the app once: a second call raises (duplicate function names), as in the worker.
+_FUNCTION_JSON = {
+    fn.get_function_name(): json.loads(fn.get_function_json()) for fn in function_app.app.get_functions()
+}
+
+
+def function_json() -> Dict[str, dict]:
+    return _FUNCTION_JSON
+
+
+def triggers() -> Dict[str, dict]:
+    return {
+        name: next(b for b in doc["bindings"] if b["type"].endswith("Trigger"))
+        for name, doc in function_json().items()
+    }
+
+
+def expressions_used() -> Set[str]:
+    """Every %NAME% in any binding property of function_app.py."""
+    found: Set[str] = set()
+    for doc in function_json().values():
+        for binding in doc["bindings"]:
+            for value in binding.values():
+                if isinstance(value, str):
+                    found |= set(re.findall(r"%([^%]+)%", value))
+    return found
+
+
+def connections_used() -> Set[str]:
+    return {
+        b["connection"] for doc in function_json().values() for b in doc["bindings"] if b.get("connection")
+    }
+
+
+def test_functions_and_their_trigger_types() -> None:
+    assert {name: t["type"] for name, t in triggers().items()} == {
+        "ingest": "eventHubTrigger",
+        "reevaluate": "timerTrigger",
+        "pending": "httpTrigger",
+        "decide": "httpTrigger",
+        "health": "httpTrigger",
+    }
+
+
+def test_event_hubs_trigger_takes_batches_from_settings() -> None:
+    ingest = triggers()["ingest"]
+    assert ingest["cardinality"].lower() == "many"
+    assert ingest["eventHubName"] == "%EVENTHUB_NAME%"
+    assert ingest["consumerGroup"] == "%EVENTHUB_CONSUMER_GROUP%"
+    assert ingest["connection"] == CATALOGUE["eventHubConnectionPrefix"]
+
+
+def test_timer_schedule_comes_from_a_setting() -> None:
+    assert triggers()["reevaluate"]["schedule"] == "%REEVALUATE_SCHEDULE%"
+
+
+def test_http_routes_methods_and_function_auth_level() -> None:
+    routes = {
+        name: (t["route"], tuple(t["methods"]), t["authLevel"].lower())
+        for name, t in triggers().items()
+        if t["type"] == "httpTrigger"
+    }
+    assert routes == {
+        "pending": ("events/pending", ("GET",), "function"),
+        "decide": ("events/{event_id}/{action:alpha}", ("POST",), "function"),
+        "health": ("health", ("GET",), "function"),
+    }
+
+
+def test_every_binding_expression_is_a_declared_app_setting() -> None:
+    used = expressions_used()
+    assert used, "function_app.py takes hub, consumer group and schedule from app settings"
+    assert sorted(used - set(SETTINGS)) == []
+
+
+@pytest.mark.parametrize("connection", sorted(connections_used()))
+def test_every_binding_connection_is_a_declared_identity_based_prefix(connection: str) -> None:
+    assert connection == CATALOGUE["eventHubConnectionPrefix"]
+    assert f"{connection}__fullyQualifiedNamespace" in SETTINGS
+    assert connection not in SETTINGS, "Azure uses the identity-based form, never a connection string"
+
+
+def test_every_binding_related_app_setting_is_used_by_a_binding() -> None:
+    """Vice versa: a declared setting nobody reads is a mistake infra would carry. Settings are read by
+    the bindings (%NAME%, `PREFIX__*` of a binding connection) or by the central package itself."""
+    central_source = "\n".join(p.read_text() for p in (REPO / "central").glob("*.py"))
+    storage = CATALOGUE["storageConnectionPrefix"]
+    unused = []
+    for name in SETTINGS:
+        by_binding = name in expressions_used() or name.split("__")[0] in connections_used()
+        by_central = name in central_source or (
+            name.startswith(storage + "__") and f"__{name.split('__', 1)[1]}" in central_source
+        )
+        if not (by_binding or by_central):
+            unused.append(name)
+    assert unused == []
+    assert {n for n in SETTINGS if n.startswith(CATALOGUE["eventHubConnectionPrefix"] + "__")} <= {
+        f"{c}__{k}" for c in connections_used() for k in ("fullyQualifiedNamespace", "credential", "clientId")
+    }
+
+
+def test_settings_example_defines_every_binding_setting() -> None:
+    example = json.loads((REPO / "local.settings.example.json").read_text())["Values"]
+    assert sorted(expressions_used() - set(example)) == []
+    assert all(c in example or f"{c}__fullyQualifiedNamespace" in example for c in connections_used())
+    assert example["FUNCTIONS_WORKER_RUNTIME"] == "python"
+
+
+def test_host_json_bundle_batches_and_retry() -> None:
+    host = json.loads((REPO / "host.json").read_text())
+    assert host["version"] == "2.0"
+    assert host["extensionBundle"] == {
+        "id": "Microsoft.Azure.Functions.ExtensionBundle",
+        "version": "[4.*, 5.0.0)",
+    }
+    hubs = host["extensions"]["eventHubs"]
+    assert {"maxEventBatchSize", "prefetchCount", "batchCheckpointFrequency"} <= set(hubs)
+    assert host["retry"]["strategy"] in ("exponentialBackoff", "fixedDelay")
+
+
+def test_funcignore_keeps_the_non_app_parts_out_of_the_package() -> None:
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".funcignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for part in ("forwarder", "tests", "sandbox", "bench", "infra", "node_modules", ".venv", "docs"):
+        assert part in ignored, f"{part} must not ship in the Function app package"
+    for shipped in ("central", "schemas", "function_app.py", "host.json", "requirements.txt"):
+        assert shipped not in ignored
