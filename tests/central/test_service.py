@@ -1,0 +1,287 @@
+"""CentralService on Azurite (real azure-data-tables / azure-storage-queue) with alerts over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+import schemas
+from central.service import CentralService, InvalidRequest, UnknownEvent
+from central.timeutil import parse
+
+from .conftest import Env, Hook
+from .factory import T0, Vm, body, event
+
+
+def status_alerts(hook: Hook, event_id: str):
+    return [a for a in hook.alerts() if a.get("eventId") == event_id and a.get("kind") == "event-status"]
+
+
+def test_one_event_two_vms_one_approval_to_the_leader_and_one_alert(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-two", ["vm-b", "vm-a"])
+    result = svc.handle_batch([body(b.heartbeat()), body(a.heartbeat()),
+                               body(b.incarnation_env([ev])), body(a.incarnation_env([ev]))], now=T0)
+    assert result.processed == 4 and result.approvals_sent == 1
+    msgs = env.messages(a.vm_id)
+    assert len(msgs) == 1 and env.messages(b.vm_id) == []      # leader: first live VM in sorted Resources
+    msg = msgs[0]
+    assert schemas.errors("approval.schema.json", msg) == []
+    assert msg["eventId"] == "E-two" and msg["vmName"] == "vm-a" and msg["action"] == "hook-then-approve"
+    assert parse(msg["expiresAt"]) <= parse(ev["NotBefore"])
+    alerts = status_alerts(hook, "E-two")
+    assert [x["status"] for x in alerts] == ["Scheduled"]
+    (row,) = env.rows("Events")
+    assert row["EventId"] == "E-two" and row["LeaderVmName"] == "vm-a" and row["ReporterCount"] == 2
+    assert json.loads(row["ReportedBy"]) == {"vm-a": a.vm_id, "vm-b": b.vm_id}
+    assert len(env.rows("Incarnations")) == 2 and len(env.rows("Vms")) == 2
+
+
+def test_duplicates_and_replays_change_nothing_twice(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a = Vm("vm-a")
+    ev = event("E-dup", ["vm-a"])
+    batch = [body(a.heartbeat()), body(a.incarnation_env([ev]))]
+    svc.handle_batch(batch + batch, now=T0)                         # duplicates inside one batch
+    rows_before = {t: len(env.rows(t)) for t in ("Incarnations", "Events", "Decisions", "Alerts")}
+    again = svc.handle_batch(batch, now=T0 + timedelta(seconds=5))  # a replay (checkpoint lost)
+    assert again.duplicates == 2 and again.approvals_sent == 0 and again.decisions == []
+    # a fresh instance (restart) replaying the same envelopes: state comes back from the log store
+    fresh = env.service()
+    replay = fresh.handle_batch(batch, now=T0 + timedelta(seconds=10))
+    assert replay.approvals_sent == 0 and replay.stale == 1 and replay.decisions == []
+    assert {t: len(env.rows(t)) for t in rows_before} == rows_before
+    assert len(env.messages(a.vm_id)) == 1
+    assert len(status_alerts(hook, "E-dup")) == 1
+
+
+def test_out_of_order_older_incarnation_does_not_regress(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a = Vm("vm-a")
+    sched = a.incarnation_env([event("E-ord", ["vm-a"])], at=T0)
+    started = a.incarnation_env([event("E-ord", ["vm-a"], status="Started")], at=T0 + timedelta(seconds=30))
+    gone = a.incarnation_env([], at=T0 + timedelta(seconds=60))
+    svc.handle_batch([body(a.heartbeat()), body(sched), body(started), body(gone)], now=T0 + timedelta(seconds=61))
+    late = svc.handle_batch([body(started)], now=T0 + timedelta(seconds=70))   # a late copy: duplicate
+    assert late.duplicates == 1
+    fresh = env.service()                                                        # cold instance: by incarnation
+    stale = fresh.handle_batch([body(sched)], now=T0 + timedelta(seconds=80))
+    assert stale.stale == 1
+    (row,) = env.rows("Events")
+    assert row["Status"] == "Completed" and row["Ended"] is True
+    assert [h["status"] for h in json.loads(row["History"])] == ["Scheduled", "Started", "Completed"]
+    assert [x["status"] for x in status_alerts(hook, "E-ord")] == ["Scheduled", "Started", "Completed"]
+
+
+def test_cancelled_when_gone_from_every_reporting_vm_without_starting(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-can", ["vm-a", "vm-b"])
+    svc.handle_batch([body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))], now=T0)
+    svc.handle_batch([body(a.incarnation_env([]))], now=T0 + timedelta(seconds=5))
+    assert svc.pending()[0]["status"] == "Scheduled"                # b still lists it
+    svc.handle_batch([body(b.incarnation_env([]))], now=T0 + timedelta(seconds=6))
+    assert svc.pending() == []
+    (row,) = env.rows("Events")
+    assert row["Status"] == "Cancelled"
+    assert [x["status"] for x in status_alerts(hook, "E-can")] == ["Scheduled", "Cancelled"]
+
+
+def test_silent_leader_fails_over_after_the_timeout_never_two_outstanding(env: Env, hook: Hook) -> None:
+    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-fail", ["vm-a", "vm-b"])
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),
+                      body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))], now=T0)
+    first = env.messages(a.vm_id)[0]
+    assert svc.reevaluate(now=T0 + timedelta(seconds=30)) == []     # still waiting for vm-a
+    decisions = svc.reevaluate(now=T0 + timedelta(seconds=61))
+    assert [d.action for d in decisions] == ["failover"] and decisions[0].leader_vm_name == "vm-b"
+    second = env.messages(b.vm_id)[0]
+    assert parse(first["expiresAt"]) <= T0 + timedelta(seconds=61)  # the first had expired: one outstanding
+    assert second["eventId"] == "E-fail" and second["messageId"] != first["messageId"]
+    # vm-b reports the approval: no further failover
+    svc.handle_batch([body(b.result("E-fail", "approved", second["messageId"]))], now=T0 + timedelta(seconds=70))
+    assert svc.reevaluate(now=T0 + timedelta(seconds=200)) == []
+    view = svc.pending()[0]
+    assert view["outcome"] == "approved" and view["state"] == "approved"
+    assert [x["result"] for x in view["approvals"]] == ["timeout", "approved"]
+
+
+def test_no_live_forwarder_means_no_approval_and_one_alert(env: Env, hook: Hook) -> None:
+    svc = env.service(LEADER_LIVENESS_SECONDS="60")
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat(at=T0 - timedelta(minutes=10)))], now=T0 - timedelta(minutes=10))
+    # vm-a's document arrives late (old envelope time): its forwarder is not live now
+    svc.handle_batch([body(a.incarnation_env([event("E-nol", ["vm-a"])], at=T0 - timedelta(minutes=5)))], now=T0)
+    assert env.messages(a.vm_id) == []
+    svc.reevaluate(now=T0 + timedelta(seconds=30))
+    assert [x for x in hook.alerts() if x.get("kind") == "no-leader"][0]["eventId"] == "E-nol"
+    assert svc.pending()[0]["state"] == "no-leader"
+    svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=40)))], now=T0 + timedelta(seconds=40))
+    svc.reevaluate(now=T0 + timedelta(seconds=41))
+    assert len(env.messages(a.vm_id)) == 1                          # the forwarder came back
+
+
+BUDGET_POLICY = {"version": 1, "budgets": {"per-scale-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
+                 "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
+
+
+def test_disruption_budget_waits_then_frees(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=json.dumps(BUDGET_POLICY))
+    a, b = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
+    ea, eb = event("E-b1", ["web_0"]), event("E-b2", ["web_1"])
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),
+                      body(a.incarnation_env([ea])), body(b.incarnation_env([eb]))], now=T0)
+    assert len(env.messages(a.vm_id)) == 1 and env.messages(b.vm_id) == []
+    states = {p["eventId"]: p["state"] for p in svc.pending()}
+    assert states == {"E-b1": "approving", "E-b2": "waiting-budget"}
+    assert svc.reevaluate(now=T0 + timedelta(seconds=10)) == []      # unchanged verdict: no new decision
+    # web_0 reboots and comes back: its event is gone, the budget frees
+    svc.handle_batch([body(a.result("E-b1", "approved", env.messages(a.vm_id)[0]["messageId"])),
+                      body(a.incarnation_env([dict(ea, EventStatus="Started", NotBefore="")],
+                                             at=T0 + timedelta(seconds=20)))], now=T0 + timedelta(seconds=20))
+    assert svc.reevaluate(now=T0 + timedelta(seconds=25)) == []      # Started still counts against the budget
+    svc.handle_batch([body(a.incarnation_env([], at=T0 + timedelta(seconds=30)))], now=T0 + timedelta(seconds=30))
+    svc.handle_batch([body(b.heartbeat(at=T0 + timedelta(seconds=31)))], now=T0 + timedelta(seconds=31))
+    decisions = svc.reevaluate(now=T0 + timedelta(seconds=32))
+    assert [(d.event_id, d.state) for d in decisions] == [("E-b2", "approving")]
+    assert len(env.messages(b.vm_id)) == 1
+
+
+def test_maintenance_window_holds_until_it_opens(env: Env, hook: Hook) -> None:
+    pol = {"version": 1, "windows": {"evening": {"timeZone": "Europe/Oslo", "start": "18:00", "end": "20:00"}},
+           "rules": [{"name": "redeploy-evening", "match": {"eventTypes": ["Redeploy"]},
+                      "action": "approve-in-window", "window": "evening", "hook": True}]}
+    svc = env.service(POLICY_JSON=json.dumps(pol))
+    a = Vm("vm-a")
+    nb = T0 + timedelta(hours=6)
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-win", ["vm-a"], "Redeploy",
+                                                                         not_before=nb)]))], now=T0)
+    assert env.messages(a.vm_id) == [] and svc.pending()[0]["state"] == "waiting-window"
+    opens = T0 + timedelta(hours=5)                                  # 17:00 UTC = 18:00 Oslo
+    svc.handle_batch([body(a.heartbeat(at=opens - timedelta(seconds=5)))], now=opens - timedelta(seconds=5))
+    assert svc.reevaluate(now=opens - timedelta(seconds=1)) == []
+    decisions = svc.reevaluate(now=opens)
+    assert [d.state for d in decisions] == ["approving"]
+    (msg,) = env.messages(a.vm_id)
+    assert msg["action"] == "hook-then-approve" and parse(msg["expiresAt"]) <= nb
+
+
+def test_bad_envelopes_are_quarantined_and_the_rest_is_processed(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a = Vm("vm-a")
+    good = a.incarnation_env([event("E-q", ["vm-a"], "Freeze", duration=5)])
+    invalid = dict(good, id="x", data={"vm": {"vmId": a.vm_id}})      # fails the schema
+    result = svc.handle_batch([b"{not json", json.dumps(invalid), body(a.heartbeat()), body(good),
+                               body(a.quarantined("<html>oops</html>"))], now=T0)
+    assert result.quarantined == 3 and result.processed == 3 and result.approvals_sent == 1
+    assert env.messages(a.vm_id)[0]["action"] == "approve"            # short Freeze: approve at once
+    rows = env.rows("Quarantine")
+    assert sorted(r["Source"] for r in rows) == ["central", "central", "forwarder"]
+    assert any("not JSON" in r["Errors"] for r in rows)
+    kinds = [x["kind"] for x in hook.alerts()]
+    assert kinds.count("quarantined") == 3
+    again = svc.handle_batch([b"{not json"], now=T0 + timedelta(seconds=1))
+    assert again.quarantined == 1 and len(env.rows("Quarantine")) == 3   # same body: same row, no new alert
+    assert [x["kind"] for x in hook.alerts()].count("quarantined") == 3
+
+
+def test_webhook_down_is_retried_recorded_and_never_blocks(env: Env, hook: Hook) -> None:
+    hook.fail_next(3)
+    svc = env.service(ALERT_MAX_ATTEMPTS="3")
+    a = Vm("vm-a")
+    result = svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-wh", ["vm-a"])]))], now=T0)
+    assert hook.attempts() == 3 and result.alerts_failed == 1
+    assert result.approvals_sent == 1 and len(env.messages(a.vm_id)) == 1
+    (alert_row,) = env.rows("Alerts")
+    assert alert_row["Sent"] is False and alert_row["Attempts"] == 3 and "500" in alert_row["Error"]
+    # an unreachable endpoint: connection refused, bounded, processing still goes on
+    dead = env.service(ALERT_WEBHOOK_URL="http://127.0.0.1:9/", ALERT_MAX_ATTEMPTS="2")
+    b = Vm("vm-b")
+    r2 = dead.handle_batch([body(b.heartbeat()), body(b.incarnation_env([event("E-wh2", ["vm-b"])]))], now=T0)
+    assert r2.alerts_failed == 1 and r2.approvals_sent == 1
+
+
+def test_outbox_drops_alert_once_per_increase(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat(at=T0, dropped=0))], now=T0)
+    svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=1), dropped=4)),
+                      body(a.heartbeat(at=T0 + timedelta(seconds=2), dropped=4))], now=T0 + timedelta(seconds=2))
+    drops = [x for x in hook.alerts() if x.get("kind") == "outbox-dropped"]
+    assert len(drops) == 1 and drops[0]["facts"]["dropped"] == 4
+
+
+@pytest.mark.parametrize("fmt, key", [("teams", "@type"), ("slack", "blocks")])
+def test_alert_formats(env: Env, hook: Hook, fmt: str, key: str) -> None:
+    svc = env.service(ALERT_WEBHOOK_FORMAT=fmt)
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.incarnation_env([event(f"E-{fmt}", ["vm-a"], source="User")]))], now=T0)
+    (alert,) = hook.alerts()
+    assert key in alert
+    text = json.dumps(alert)
+    assert f"E-{fmt}" in text
+
+
+def test_invalid_policy_holds_everything_and_says_why(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=json.dumps({"version": 1, "rules": [{"name": "x", "action": "yolo"}]}))
+    health = svc.health()
+    assert health["status"] == "degraded" and health["policy"]["valid"] is False
+    assert health["policy"]["errors"][0]["path"] == "/rules/0/action"
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-inv", ["vm-a"], source="User")]))],
+                     now=T0)
+    assert env.messages(a.vm_id) == []
+    view = svc.pending()[0]
+    assert view["state"] == "held" and "policy invalid" in view["decision"]["reason"]
+    assert any(x.get("kind") == "policy-invalid" for x in hook.alerts())
+
+
+def test_operator_hold_and_approve(env: Env, hook: Hook) -> None:
+    pol = {"version": 1, "rules": [{"name": "manual", "action": "hold"}]}
+    svc = env.service(POLICY_JSON=json.dumps(pol))
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-op", ["vm-a"])]))], now=T0)
+    assert env.messages(a.vm_id) == []
+    with pytest.raises(UnknownEvent):
+        svc.decide("nope", "approve", "alice", "x", now=T0)
+    with pytest.raises(InvalidRequest):
+        svc.decide("E-op", "reboot", "alice", "x", now=T0)
+    view = svc.decide("E-op", "approve", "alice", "maintenance agreed", now=T0 + timedelta(seconds=5))
+    assert view["leader"]["vmName"] == "vm-a"
+    (msg,) = env.messages(a.vm_id)
+    assert msg["decidedBy"] == "operator:alice" and msg["action"] == "approve"
+    with pytest.raises(InvalidRequest, match="NotBefore"):
+        svc.decide("E-op", "approve", "alice", "late", now=T0 + timedelta(hours=1))
+
+
+def test_large_document_is_split_across_columns(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a = Vm("vm-a")
+    events = [dict(event(f"E-big-{i:03d}", ["vm-a"], source="User"), Description="d" * 4000) for i in range(60)]
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env(events))], now=T0)
+    (row,) = env.rows("Incarnations")
+    assert row["DocumentParts"] > 1
+    text = row["Document"] + "".join(row[f"Document_{i}"] for i in range(1, row["DocumentParts"]))
+    assert len(json.loads(text)["Events"]) == 60
+    assert len(env.rows("Events")) == 60
+
+
+def test_from_settings_identity_based_and_clear_errors() -> None:
+    from azure.identity import ManagedIdentityCredential
+
+    from central.settings import SettingsError
+
+    svc = CentralService.from_settings({
+        "ApprovalStorage__tableServiceUri": "https://acct.table.core.windows.net",
+        "ApprovalStorage__queueServiceUri": "https://acct.queue.core.windows.net",
+        "ApprovalStorage__credential": "managedidentity", "ApprovalStorage__clientId": "1234"})
+    assert isinstance(svc.store.service.credential, ManagedIdentityCredential)
+    with pytest.raises(SettingsError, match="ApprovalStorage__tableServiceUri"):
+        CentralService.from_settings({})
+    with pytest.raises(ValueError, match="ALERT_WEBHOOK_FORMAT"):
+        CentralService.from_settings({"ApprovalStorage": "UseDevelopmentStorage=true", "ALERT_WEBHOOK_FORMAT": "pager"})
