@@ -1,0 +1,78 @@
+"""Small pure parts: the settings list, queue names, large JSON columns, alert bodies, envelopes."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from central import approvals, envelopes, store
+from central.alerts import Alert, payload
+from central.settings import catalogue
+
+from .factory import T0, Vm, event
+
+
+def test_every_setting_central_reads_is_in_the_one_list() -> None:
+    source = Path(__file__).resolve().parents[2].joinpath("central", "settings.py").read_text()
+    read = set(re.findall(r'(?:s\.get|_number\(s,)\s*\(?\s*"([A-Z_]+)"', source))
+    assert {"POLICY_JSON", "ALERT_WEBHOOK_URL", "TABLE_PREFIX", "APPROVAL_RESULT_TIMEOUT_SECONDS"} <= read
+    listed = set(catalogue()["settings"])
+    assert read - listed == set()
+    prefix = catalogue()["storageConnectionPrefix"]
+    for suffix in ("queueServiceUri", "tableServiceUri", "credential", "clientId"):
+        assert f"{prefix}__{suffix}" in listed
+
+
+@pytest.mark.parametrize("vm_id", ["2F0C8A1E-1234-4ABC-9DEF-0123456789AB", "weird__ID!!", "x" * 200, "---"])
+def test_queue_names_follow_storage_rules(vm_id: str) -> None:
+    name = approvals.queue_name(vm_id)
+    assert re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", name), name
+    assert approvals.queue_name(vm_id) == name                         # deterministic
+    assert approvals.queue_name("2f0c8a1e-1234-4abc-9def-0123456789ab") == "vm-2f0c8a1e-1234-4abc-9def-0123456789ab"
+
+
+def test_approval_message_never_outlives_notbefore_and_validates() -> None:
+    msg = approvals.build_message("E1", "vm-id", "vm0", "approve", "policy:x", "why", 3, T0, T0 + timedelta(minutes=1))
+    assert msg["expiresAt"] > msg["issuedAt"]
+    with pytest.raises(approvals.ApprovalInvalid):
+        approvals.build_message("E1", "vm-id", "vm0", "reboot", "policy:x", "why", 3, T0, T0)
+
+
+def test_json_columns_split_and_truncate() -> None:
+    entity: dict = {}
+    value = {"x": "é" * 50_000}
+    store.put_json(entity, "Doc", value)
+    assert entity["DocParts"] > 1 and all(len(v) <= store.PART_CHARS for k, v in entity.items() if k.startswith("Doc")
+                                          and isinstance(v, str))
+    assert store.get_json(entity, "Doc") == value
+    huge: dict = {}
+    store.put_json(huge, "Doc", "z" * 2_000_000)
+    assert huge["DocTruncated"] is True and huge["DocLength"] > 2_000_000
+    assert sum(len(v) for v in huge.values() if isinstance(v, str)) * 2 <= store.MAX_JSON_BYTES
+    assert store.get_json(huge, "Doc", "cut") == "cut"
+
+
+def test_alert_payloads() -> None:
+    alert = Alert("E1:Scheduled", "event-status", "critical", "Reboot Scheduled: vm0", "text", T0, "E1",
+                  "Scheduled", {"eventId": "E1", "n": 2})
+    generic = payload(alert, "generic")
+    assert generic["eventId"] == "E1" and generic["severity"] == "critical"
+    teams = payload(alert, "teams")
+    assert teams["@type"] == "MessageCard" and {"name": "n", "value": "2"} in teams["sections"][0]["facts"]
+    slack = payload(alert, "slack")
+    assert slack["blocks"][0]["type"] == "header" and "critical" in slack["text"]
+    json.dumps([generic, teams, slack])
+
+
+def test_envelope_parsing() -> None:
+    vm = Vm("vm0")
+    good = vm.incarnation_env([event("E1", ["vm0"])])
+    parsed = envelopes.parse_body(json.dumps(good).encode())
+    assert isinstance(parsed, envelopes.Envelope) and parsed.vm_id == vm.vm_id and parsed.time == T0
+    bad = envelopes.parse_body(json.dumps(dict(good, partitionkey="other")))
+    assert isinstance(bad, envelopes.BadEnvelope) and bad.errors[0]["path"] == "/partitionkey"
+    assert isinstance(envelopes.parse_body(b"\xff\xfe"), envelopes.BadEnvelope)
