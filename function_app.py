@@ -54,7 +54,15 @@ def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
 )
 def ingest(events: List[func.EventHubEvent]) -> None:
     result = central().handle_batch([event.get_body() for event in events])
-    log.info("ingest: %d envelopes: %s", len(events), result)
+    log.info(
+        "ingest: %d received, %d processed, %d duplicates, %d stale, %d quarantined, %d decisions",
+        result.received,
+        result.processed,
+        result.duplicates,
+        result.stale,
+        result.quarantined,
+        len(result.decisions),
+    )
 
 
 @app.timer_trigger(arg_name="timer", schedule="%REEVALUATE_SCHEDULE%", run_on_startup=False)
