@@ -176,7 +176,7 @@ def check(config: Config) -> int:
     logging.getLogger("forwarder").setLevel(max(logging.WARNING, logging.getLogger("forwarder").level))
     report: Dict[str, Any] = {"imds": {"url": config.imds_url, "apiVersion": config.api_version}}
     code = EXIT_OK
-    client = ImdsClient(config.imds_url, config.api_version, retry_seconds=10.0)
+    client = ImdsClient(config.imds_url, config.api_version, retry_seconds=3.0)
     try:
         report["identity"] = from_compute(client.get_compute()).as_vm()
         response = client.get_scheduled_events()

@@ -75,9 +75,11 @@ class Forwarder:
         self.state_dir = state_dir
         self.sink_file = sink_file
         self.log_path = state_dir.parent / f"forwarder-{state_dir.name}.log"
+        config = state_dir.parent / "forwarder-config.json"
+        config.write_text("{}")  # explicit and empty: a developer's /etc file never leaks in
         argv = [sys.executable, "-m", "forwarder", "run", "--imds-url", url, "--state-dir", str(state_dir),
                 "--sink", "file", "--sink-file", str(sink_file), "--poll-interval", "0.25",
-                "--heartbeat-interval", "30", "--config", str(state_dir.parent / "absent.json"), *extra]
+                "--heartbeat-interval", "30", "--config", str(config), *extra]
         self._argv = argv
         self._env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
         self._env.update(env or {})
