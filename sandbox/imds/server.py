@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Sequence, Tuple
@@ -12,7 +13,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .admin import AdminApi
 from .clock import Clock
-from .fabric import Fabric
+from .fabric import Fabric, UnknownVm
 from .faults import FaultBook
 from .identity import Identity
 from .metadata import MetadataService, Request
@@ -72,32 +73,44 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def _dispatch(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self.close_connection = True
-            self._send(error(413, f"body over {MAX_BODY} bytes"))
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True  # the body cannot be skipped safely: drop the connection after
+            self._send(error(413 if length > 0 else 400, f"bad Content-Length (at most {MAX_BODY} bytes)"))
             return
         body = self.rfile.read(length) if length > 0 else b""
+        try:
+            response = self._route(body)
+        except Exception as exc:  # noqa: BLE001 - a simulator bug must answer 500, not kill the connection
+            traceback.print_exc(file=sys.stderr)
+            response = error(500, f"simulator error: {type(exc).__name__}: {exc}")
+        self._send(response)
+
+    def _route(self, body: bytes) -> Response:
         url = urlsplit(self.path)
         query: Dict[str, str] = {}
         for key, value in parse_qsl(url.query, keep_blank_values=True):
             query.setdefault(key, value)
         if url.path == "/admin" or url.path.startswith("/admin/"):
             parts: List[str] = [unquote(p) for p in url.path[len("/admin/"):].split("/") if p]
-            self._send(self.sim.admin.handle(self.command, parts, query, body))
-            return
+            return self.sim.admin.handle(self.command, parts, query, body)
         vm, path = split_vm(url.path, self.sim)
         entry = Entry(t=time.time(), vm=vm, method=self.command, path=path, query=query,
                       headers=dict(self.headers.items()), body=body.decode("utf-8", "replace"))
-        if vm not in self.sim.fabric.vm_names():
+        try:
+            if not path.startswith("/metadata"):
+                response = error(404, "Not found")
+            else:
+                request = Request(vm, self.command, path, query, self.headers, body)
+                response = self.sim.metadata.handle(request)
+        except UnknownVm:
             response = error(404, f"Not found (no simulated VM {vm!r})")
-        elif not path.startswith("/metadata"):
-            response = error(404, "Not found")
-        else:
-            response = self.sim.metadata.handle(Request(vm, self.command, path, query, self.headers, body))
         entry.status = response.status
         self.sim.log.add(entry)  # before answering: a client that got its answer finds it logged
-        self._send(response)
+        return response
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)

@@ -4,6 +4,7 @@ limit, instance metadata and the token endpoint. One test per rule, over real HT
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,12 @@ def test_cli_rejects_a_bad_vm_spec() -> None:
                             capture_output=True, text=True, timeout=30, cwd=processes.REPO)
     assert result.returncode == 2 and "name" in result.stderr
 
+
+
+def test_a_bad_content_length_is_400_and_the_server_keeps_serving(sim: ImdsSimulator) -> None:
+    host, port = sim.base_url.rsplit("/", 1)[-1].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(b"POST /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\nHost: x\r\n"
+                     b"Metadata: true\r\nContent-Length: abc\r\n\r\n")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 400")
+    assert sim.metadata("GET", SE).status_code == 200
