@@ -11,6 +11,11 @@ from typing import Any, Optional
 from azure.storage.queue import QueueClient
 
 POISON_SUFFIX = "-poison"
+# The SDK's default retries wait 15 s, 18 s, 24 s... inside one call. The reader has its own jittered
+# backoff around each poll, so the SDK retries little and fails fast; short timeouts keep a hung
+# connection from stalling approvals.
+CLIENT_OPTIONS = {"retry_total": 1, "initial_backoff": 0.5, "increment_base": 2,
+                  "retry_to_secondary": False, "connection_timeout": 5, "read_timeout": 20}
 
 
 def queue_client(
@@ -23,7 +28,7 @@ def queue_client(
     credential (production: the IMDS-rate-limited managed identity credential). Messages are read as
     plain text; `message.decode` accepts plain JSON and base64 JSON alike."""
     if connection_string:
-        return QueueClient.from_connection_string(connection_string, queue_name)
+        return QueueClient.from_connection_string(connection_string, queue_name, **CLIENT_OPTIONS)
     if not service_uri:
         raise ValueError(
             "approvals need --queue-service-uri (https://<account>.queue.core.windows.net) "
@@ -31,7 +36,8 @@ def queue_client(
         )
     if credential is None:
         raise ValueError("a queue service URI needs a credential (the managed identity)")
-    return QueueClient(account_url=service_uri, queue_name=queue_name, credential=credential)
+    return QueueClient(account_url=service_uri, queue_name=queue_name, credential=credential,
+                       **CLIENT_OPTIONS)
 
 
 def poison_queue_name(queue_name: str) -> str:

@@ -96,7 +96,8 @@ class Rig:
         return [(r["data"]["outcome"], r["data"]["reason"]) for r in self.results()]
 
 
-def make_rig(sim_url: str, conn: str, tmp: Path, vm: Dict[str, str] = VM0, **reader: Any) -> Rig:
+def make_rig(sim_url: str, conn: str, tmp: Path, vm: Dict[str, str] = VM0, keep_queue: bool = False,
+             **reader: Any) -> Rig:
     sim = ImdsSimulator(sim_url)
     imds = ImdsClient(sim.vm_url(vm["name"]), retry_seconds=3.0, first_timeout=5.0)
     state_dir, hook_dir = tmp / "state", tmp / "hooks"
@@ -115,5 +116,6 @@ def make_rig(sim_url: str, conn: str, tmp: Path, vm: Dict[str, str] = VM0, **rea
     try:
         queue.create_queue()
     except ResourceExistsError:
-        queue.clear_messages()
+        if not keep_queue:
+            queue.clear_messages()
     return Rig(sim, imds, service, outbox, queue, state_dir, hook_dir)
