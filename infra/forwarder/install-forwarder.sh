@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Installs (or upgrades) the Scheduled Events forwarder on a Linux VM, offline: no PyPI.
+# Run as root, from the directory holding the bundle (the CustomScript extension's working dir):
+#   bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-base64 <base64 of config.json>
+#   bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-file ./config.json
+# The bundle (make wheelhouse) holds wheels/, requirements-vm.txt and se-forwarder.service.
+# Needs python3 >= 3.9 with the venv module (python3-venv on Debian/Ubuntu; installed from the
+# distro's own repositories if missing).
+set -euo pipefail
+
+PREFIX=/opt/se-forwarder
+CONFIG_DIR=/etc/se-forwarder
+STATE_DIR=/var/lib/se-forwarder
+SERVICE_USER=se-forwarder
+UNIT=/etc/systemd/system/se-forwarder.service
+
+bundle=""
+config_b64=""
+config_file=""
+python_bin="${SE_FORWARDER_PYTHON:-python3}"
+
+die() { echo "install-forwarder: error: $*" >&2; exit 1; }
+log() { echo "install-forwarder: $*"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) bundle="${2:-}"; shift 2 ;;
+    --config-base64) config_b64="${2:-}"; shift 2 ;;
+    --config-file) config_file="${2:-}"; shift 2 ;;
+    --python) python_bin="${2:-}"; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) die "unknown argument: $1 (see --help)" ;;
+  esac
+done
+
+[ "$(id -u)" -eq 0 ] || die "run as root"
+[ -n "$bundle" ] && [ -f "$bundle" ] || die "bundle not found: '${bundle}' (give --bundle se-forwarder-linux.tar.gz)"
+[ -n "$config_b64" ] || [ -n "$config_file" ] || die "give --config-base64 or --config-file"
+command -v systemctl >/dev/null || die "systemd is required (systemctl not found)"
+
+ensure_python() {
+  if ! command -v "$python_bin" >/dev/null; then
+    die "$python_bin not found: install Python >= 3.9 from the distro, or pass --python /path/to/python3"
+  fi
+  "$python_bin" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' \
+    || die "$("$python_bin" -V 2>&1) is too old: the forwarder needs Python >= 3.9"
+  if ! "$python_bin" -c 'import ensurepip, venv' 2>/dev/null; then
+    log "python venv module missing: installing it from the distro repositories"
+    if command -v apt-get >/dev/null; then
+      minor="$("$python_bin" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python${minor}-venv" || apt-get install -y -q python3-venv
+    elif command -v dnf >/dev/null; then dnf install -y -q python3-pip
+    elif command -v yum >/dev/null; then yum install -y -q python3-pip
+    elif command -v zypper >/dev/null; then zypper --non-interactive install python3-pip
+    fi
+    "$python_bin" -c 'import ensurepip, venv' 2>/dev/null || die "cannot create a venv: install python3-venv"
+  fi
+}
+
+workdir="$(mktemp -d)"
+trap 'rm -rf "$workdir"' EXIT
+
+log "unpacking $bundle"
+tar -xzf "$bundle" -C "$workdir"
+[ -d "$workdir/wheels" ] && [ -f "$workdir/requirements-vm.txt" ] && [ -f "$workdir/se-forwarder.service" ] \
+  || die "bundle is incomplete: it needs wheels/, requirements-vm.txt and se-forwarder.service"
+
+ensure_python
+
+if ! id "$SERVICE_USER" >/dev/null 2>&1; then
+  log "creating system user $SERVICE_USER"
+  useradd --system --no-create-home --home-dir "$STATE_DIR" --shell /usr/sbin/nologin \
+    --user-group "$SERVICE_USER" 2>/dev/null \
+    || useradd --system --no-create-home --home-dir "$STATE_DIR" --shell /sbin/nologin "$SERVICE_USER"
+fi
+
+log "installing into $PREFIX (offline, from the bundle's wheels)"
+mkdir -p "$PREFIX"
+rm -rf "$PREFIX/venv.new" "$PREFIX/wheels"
+cp -r "$workdir/wheels" "$PREFIX/wheels"
+cp "$workdir/requirements-vm.txt" "$PREFIX/requirements-vm.txt"
+"$python_bin" -m venv "$PREFIX/venv.new"
+"$PREFIX/venv.new/bin/python" -m pip install --quiet --no-index --find-links "$PREFIX/wheels" \
+  --disable-pip-version-check -r "$PREFIX/requirements-vm.txt" scheduled-events-forwarder
+"$PREFIX/venv.new/bin/se-forwarder" --version
+# Swap only after the new venv works: a failed upgrade leaves the running one in place.
+rm -rf "$PREFIX/venv.old"
+[ -d "$PREFIX/venv" ] && mv "$PREFIX/venv" "$PREFIX/venv.old"
+mv "$PREFIX/venv.new" "$PREFIX/venv"
+rm -rf "$PREFIX/venv.old"
+chmod -R go-w "$PREFIX"
+
+log "writing $CONFIG_DIR/config.json"
+install -d -m 0750 -o root -g "$SERVICE_USER" "$CONFIG_DIR" "$CONFIG_DIR/hooks" \
+  "$CONFIG_DIR/hooks/pre-approve.d" "$CONFIG_DIR/hooks/post-event.d"
+tmp_config="$workdir/config.json"
+if [ -n "$config_b64" ]; then
+  printf '%s' "$config_b64" | base64 -d > "$tmp_config" || die "--config-base64 is not valid base64"
+else
+  cp "$config_file" "$tmp_config"
+fi
+"$python_bin" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d, dict)' "$tmp_config" \
+  || die "the config is not a JSON object"
+install -m 0640 -o root -g "$SERVICE_USER" "$tmp_config" "$CONFIG_DIR/config.json"
+install -d -m 0750 -o "$SERVICE_USER" -g "$SERVICE_USER" "$STATE_DIR"
+
+log "installing the systemd unit"
+install -m 0644 "$workdir/se-forwarder.service" "$UNIT"
+systemctl daemon-reload
+systemctl enable se-forwarder.service >/dev/null
+systemctl restart se-forwarder.service
+
+# One check pass as the service user: identity, IMDS, config. Reported, not fatal (IMDS's first
+# call may take minutes, and the service retries on its own).
+if command -v runuser >/dev/null; then
+  SE_FORWARDER_STATE_DIR="$STATE_DIR" timeout 150 runuser -u "$SERVICE_USER" -- \
+    "$PREFIX/venv/bin/se-forwarder" check --config "$CONFIG_DIR/config.json" \
+    || log "warning: 'se-forwarder check' did not pass yet; see: journalctl -u se-forwarder"
+fi
+systemctl is-active --quiet se-forwarder.service || die "se-forwarder.service is not running: journalctl -u se-forwarder"
+log "done: se-forwarder.service is running"

@@ -1,0 +1,32 @@
+<#
+.SYNOPSIS
+  The forwarder's service host on Windows: runs se-forwarder and restarts it with backoff when it exits.
+
+.DESCRIPTION
+  Started at boot by the "se-forwarder" scheduled task as NT AUTHORITY\LOCAL SERVICE (install-forwarder.ps1).
+  Output goes to <StateDir>\forwarder.log (rotated at 10 MB). Backoff: 5 s after a quick exit, doubling
+  to 5 min; reset after the forwarder has run 10 minutes.
+#>
+[CmdletBinding()]
+param(
+    [Parameter(Mandatory = $true)][string]$Prefix,
+    [Parameter(Mandatory = $true)][string]$Config,
+    [Parameter(Mandatory = $true)][string]$StateDir
+)
+$ErrorActionPreference = "Continue"
+$exe = Join-Path $Prefix "venv\Scripts\se-forwarder.exe"
+$log = Join-Path $StateDir "forwarder.log"
+$env:SE_FORWARDER_STATE_DIR = $StateDir
+$env:PYTHONUNBUFFERED = "1"
+$delay = 5
+while ($true) {
+    if ((Test-Path $log) -and ((Get-Item $log).Length -gt 10MB)) { Move-Item -Force $log "$log.1" }
+    $started = Get-Date
+    & $exe run --config $Config *>> $log
+    $code = $LASTEXITCODE
+    $ran = ((Get-Date) - $started).TotalSeconds
+    if ($ran -gt 600) { $delay = 5 }
+    Add-Content -Path $log -Value ("{0:o} run-forwarder: se-forwarder exited with {1} after {2:n0} s; restarting in {3} s" -f (Get-Date), $code, $ran, $delay)
+    Start-Sleep -Seconds $delay
+    $delay = [Math]::Min($delay * 2, 300)
+}
