@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -154,6 +155,20 @@ def test_rate_limit_429_over_five_requests_per_window_token_calls_included(tmp_p
                             params=token).status_code == 429
         assert sim.metadata("GET", SE, vm="vm1").status_code == 200  # the budget is per VM
         sim.reset()  # clears the windows too
+        assert sim.metadata("GET", SE).status_code == 200
+        sim.close()
+    finally:
+        server.stop()
+
+
+def test_default_rate_window_slides(tmp_path: Path) -> None:
+    """Default 5 per sliding 1 s: a burst is throttled; after a quiet second the VM is served again."""
+    server = processes.start_imds(["--vm", "vm0"], log_dir=tmp_path)
+    try:
+        sim = ImdsSimulator(f"http://{processes.LOOPBACK}:{server.port}")
+        burst = [sim.metadata("GET", SE).status_code for _ in range(30)]  # loopback: far above 5/s
+        assert 429 in burst and burst[:1] == [200]
+        time.sleep(1.1)  # the window has emptied: not a timing assertion, a precondition
         assert sim.metadata("GET", SE).status_code == 200
         sim.close()
     finally:
