@@ -76,8 +76,9 @@ def _names(body: Mapping[str, Any], key: str) -> Optional[List[str]]:
     value = body.get(key)
     if value is None:
         return None
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"'{key}' must be a non-empty list of VM names")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and 0 < len(v) <= 256
+                                                           for v in value):
+        raise ValueError(f"'{key}' must be a non-empty list of VM names (1..256 characters)")
     return list(dict.fromkeys(value))
 
 
@@ -107,8 +108,8 @@ def from_request(body: Any, known_vms: Sequence[str]) -> SimEvent:
     description = body.get("description")
     if description is None:
         description = DESCRIPTIONS[event_type]
-    if not isinstance(description, str):
-        raise ValueError("'description' must be a string")
+    if not isinstance(description, str) or len(description) > 4096:
+        raise ValueError("'description' must be a string of at most 4096 characters")
     event_id = body.get("eventId") or str(uuid.uuid4()).upper()
     if not isinstance(event_id, str) or len(event_id) > 128:
         raise ValueError("'eventId' must be a string of at most 128 characters")

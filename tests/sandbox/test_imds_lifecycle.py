@@ -249,6 +249,8 @@ def test_default_notice_and_duration_follow_the_reference(sim: ImdsSimulator) ->
     ({"eventType": "Freeze", "durationInSeconds": -2}, 400),
     ({"eventType": "Freeze", "noticeSeconds": -1}, 400),
     ({"eventType": "Freeze", "status": "Completed"}, 400),
+    ({"eventType": "Freeze", "description": "x" * 5000}, 400),
+    ({"eventType": "Freeze", "resources": ["vm0", ""]}, 400),
 ])
 def test_admin_rejects_bad_event_requests_with_a_message(sim: ImdsSimulator, spec: Dict[str, Any],
                                                          status: int) -> None:
