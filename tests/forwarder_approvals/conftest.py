@@ -35,5 +35,6 @@ def rig(sim: ImdsSimulator, azurite: processes.Server, tmp_path: Path) -> Iterat
     r = make_rig(sim.base_url, azurite.extra["connection_string"], tmp_path)
     yield r
     r.service.close()
+    r.queue.close()
     r.outbox.close()
     r.imds.close()

@@ -101,6 +101,7 @@ def test_fast_path_approves_preempt_locally_within_the_notice(slow_sim: ImdsSimu
         assert len(rig.posts()) == 1 and len(rig.results()) == 1
     finally:
         rig.service.close()
+        rig.queue.close()
         rig.outbox.close()
         rig.imds.close()
 

@@ -60,6 +60,7 @@ def test_queue_outage_retries_and_recovers(sim: ImdsSimulator, tmp_path: Path) -
     finally:
         stop.set()
         rig.service.close()
+        rig.queue.close()
         rig.outbox.close()
         rig.imds.close()
         for server in (first, second):
