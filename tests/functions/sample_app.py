@@ -14,6 +14,7 @@ import azure.functions as func
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 _lock = threading.Lock()
+_calls: List[int] = []
 
 
 def _record(entry: Dict[str, Any]) -> None:
@@ -29,9 +30,14 @@ def _record(entry: Dict[str, Any]) -> None:
     cardinality=func.Cardinality.MANY,
 )
 def collect(batch: List[func.EventHubEvent]) -> None:
+    # FAIL_FIRST_CALLS=N: the first N invocations of this process raise, as an unreachable store would.
+    with _lock:
+        _calls.append(1)
+        failing = len(_calls) <= int(os.environ.get("FAIL_FIRST_CALLS") or 0)
     _record(
         {
             "function": "collect",
+            "failed": failing,
             "events": [
                 {
                     "body": e.get_body().decode(),
@@ -45,6 +51,8 @@ def collect(batch: List[func.EventHubEvent]) -> None:
             ],
         }
     )
+    if failing:
+        raise ConnectionError("simulated log store outage")
 
 
 @app.timer_trigger(arg_name="timer", schedule="%TICK_SCHEDULE%")

@@ -36,7 +36,7 @@ def central_runner(
             "ApprovalStorage": storage,
             "EventHubConnection": processes.eventhubs_connection_string(eventhubs_server.port, HUB),
             "EVENTHUB_NAME": HUB,
-            "EVENTHUB_CONSUMER_GROUP": "central",
+            "EVENTHUB_CONSUMER_GROUP": "central-e2e",
             "TABLE_PREFIX": PREFIX,
             "POLICY_JSON": "",
             "ALERT_WEBHOOK_URL": "",

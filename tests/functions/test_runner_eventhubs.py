@@ -41,17 +41,20 @@ def publish(server: processes.Server, bodies_by_partition: Dict[str, List[str]])
 
 
 def delivered(files: RunnerFiles) -> List[dict]:
-    return [e for r in files.read_records() if r["function"] == "collect" for e in r["events"]]
+    """Events of the invocations that returned."""
+    return [
+        e for r in files.read_records() if r["function"] == "collect" and not r["failed"] for e in r["events"]
+    ]
 
 
-def checkpointed(azurite: processes.Server) -> Dict[str, int]:
-    """partition -> checkpointed sequence number, read from the checkpoint blobs' metadata."""
+def checkpointed(azurite: processes.Server, group: str) -> Dict[str, int]:
+    """partition -> checkpointed sequence number of `group`, read from the checkpoint blobs' metadata."""
     container = ContainerClient.from_connection_string(
         azurite.extra["connection_string"], CHECKPOINT_CONTAINER
     )
     found = {}
     for blob in container.list_blobs(name_starts_with="", include=["metadata"]):
-        if f"/{HUB}/" in blob.name and "/checkpoint/" in blob.name:
+        if f"/{HUB}/{group.lower()}/checkpoint/" in blob.name:
             found[blob.name.rsplit("/", 1)[1]] = int(blob.metadata["sequencenumber"])
     return found
 
@@ -59,6 +62,7 @@ def checkpointed(azurite: processes.Server) -> Dict[str, int]:
 def test_batches_are_delivered_then_checkpointed_and_a_restart_resumes_without_redelivery(
     azurite: processes.Server, hub: processes.Server, runner_files: RunnerFiles
 ) -> None:
+    group = "restart"  # Azurite is shared by the session: a consumer group of its own per test
     first = {"0": [f"a-0-{i}" for i in range(24)], "1": [f"a-1-{i}" for i in range(6)]}
     publish(hub, first)
     runner_files.write(
@@ -66,7 +70,7 @@ def test_batches_are_delivered_then_checkpointed_and_a_restart_resumes_without_r
             "AzureWebJobsStorage": azurite.extra["connection_string"],
             "SampleHubs": processes.eventhubs_connection_string(hub.port, HUB),
             "SAMPLE_HUB": HUB,
-            "SAMPLE_GROUP": "$Default",
+            "SAMPLE_GROUP": group,
             "TICK_SCHEDULE": "0 0 0 1 1 *",
         },
         host={
@@ -81,7 +85,9 @@ def test_batches_are_delivered_then_checkpointed_and_a_restart_resumes_without_r
     try:
         wait_until(lambda: len(delivered(runner_files)) >= 30, 30, "30 events", runner)
         # Each batch's checkpoint is written after the function returned: wait for the last ones.
-        wait_until(lambda: checkpointed(azurite) == {"0": 23, "1": 5}, 20, "checkpoints at 23 and 5", runner)
+        wait_until(
+            lambda: checkpointed(azurite, group) == {"0": 23, "1": 5}, 20, "checkpoints at 23 and 5", runner
+        )
     finally:
         runner.stop()
     assert runner.proc.returncode == 0, "SIGTERM stops the runner gracefully"
@@ -116,3 +122,52 @@ def test_batches_are_delivered_then_checkpointed_and_a_restart_resumes_without_r
     counts = Counter(e["body"] for e in delivered(runner_files))
     assert set(counts) == set(first["0"] + first["1"] + second["0"] + second["1"])
     assert [body for body, n in counts.items() if n > 1] == [], "no redelivery of checkpointed events"
+
+
+def test_a_failing_batch_is_retried_and_checkpointed_only_after_the_function_returned(
+    azurite: processes.Server, hub: processes.Server, runner_files: RunnerFiles
+) -> None:
+    group = "retry"
+    publish(hub, {"0": ["r-0", "r-1", "r-2"]})
+    values = {
+        "AzureWebJobsStorage": azurite.extra["connection_string"],
+        "SampleHubs": processes.eventhubs_connection_string(hub.port, HUB),
+        "SAMPLE_HUB": HUB,
+        "SAMPLE_GROUP": group,
+        "TICK_SCHEDULE": "0 0 0 1 1 *",
+    }
+    host = {
+        "version": "2.0",
+        "retry": {"strategy": "fixedDelay", "maxRetryCount": -1, "delayInterval": "00:00:01"},
+    }
+
+    # 1. The store is "down" for good: retried again and again, never checkpointed; stopping loses nothing.
+    runner_files.write({**values, "FAIL_FIRST_CALLS": "1000"}, host=host)
+    runner = start_runner(runner_files, "tests.functions.sample_app")
+    try:
+        wait_until(lambda: len(runner_files.read_records()) >= 2, 20, "two failed attempts", runner)
+    finally:
+        runner.stop()
+    assert runner.proc.returncode == 0
+    attempts = [r for r in runner_files.read_records() if r["function"] == "collect"]
+    assert all(r["failed"] for r in attempts)
+    assert all([e["body"] for e in r["events"]] == ["r-0", "r-1", "r-2"] for r in attempts), (
+        "the same batch again"
+    )
+    assert checkpointed(azurite, group) == {}, "nothing checkpointed while the function kept failing"
+
+    # 2. A restart redelivers the batch; two more failures, then it returns and only then is checkpointed.
+    runner_files.records.unlink()
+    runner_files.write({**values, "FAIL_FIRST_CALLS": "2"}, host=host)
+    runner = start_runner(runner_files, "tests.functions.sample_app")
+    try:
+        wait_until(lambda: delivered(runner_files), 20, "a successful invocation", runner)
+        wait_until(
+            lambda: checkpointed(azurite, group) == {"0": 2}, 20, "the checkpoint at sequence 2", runner
+        )
+    finally:
+        runner.stop()
+    attempts = [r for r in runner_files.read_records() if r["function"] == "collect"]
+    assert [r["failed"] for r in attempts] == [True, True, False]
+    assert [e["body"] for e in delivered(runner_files)] == ["r-0", "r-1", "r-2"]
+    assert runner.log_path is not None and "retry 2 in 1.0s" in runner.log_path.read_text()
