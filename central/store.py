@@ -18,6 +18,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.data.tables import TableServiceClient, UpdateMode
 
+from . import batch_wire
+
 log = logging.getLogger(__name__)
 
 TABLES = ("Incarnations", "Events", "Decisions", "Vms", "Alerts", "Quarantine", "Claims")
@@ -145,6 +147,11 @@ class TableLog:
         if len(entities) == 1:
             client.upsert_entity(entities[0], mode=UpdateMode.MERGE)
             return
+        try:
+            batch_wire.upsert_merge(client, entities)
+            return
+        except (batch_wire.WireBatchError, AzureError, AttributeError, TypeError) as exc:
+            log.info("wire transaction failed (%s); retrying through submit_transaction", exc)
         client.submit_transaction([("upsert", e, {"mode": UpdateMode.MERGE}) for e in entities])
 
     # ---- claims: create-only rows, so two instances never both send one approval or alert -------
