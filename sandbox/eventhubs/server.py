@@ -24,6 +24,8 @@ async def serve(broker: Broker, port: int, host: str = LOOPBACK) -> None:
         connections.add(task)
         try:
             await Connection(reader, writer, broker).run()
+        except asyncio.CancelledError:
+            pass  # shutting down
         finally:
             connections.discard(task)
 
