@@ -26,9 +26,9 @@ COLORS = {"info": "2E7D32", "warning": "F9A825", "critical": "C62828"}
 
 @dataclass
 class Alert:
-    key: str                  # dedupe key: one alert per key, ever (e.g. "<eventId>:Scheduled")
-    kind: str                 # event-status | quarantined | outbox-dropped | approval-failed | no-leader | policy-invalid
-    severity: str             # info | warning | critical
+    key: str  # dedupe key: one alert per key, ever (e.g. "<eventId>:Scheduled")
+    kind: str  # event-status | quarantined | outbox-dropped | approval-failed | no-leader | policy-invalid
+    severity: str  # info | warning | critical
     title: str
     text: str
     at: datetime
@@ -50,9 +50,12 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
     facts = {k: ("" if v is None else str(v)) for k, v in alert.facts.items()}
     if fmt == "teams":
         return {
-            "@type": "MessageCard", "@context": "https://schema.org/extensions",
-            "summary": alert.title[:200], "themeColor": COLORS.get(alert.severity, "607D8B"),
-            "title": alert.title, "text": alert.text,
+            "@type": "MessageCard",
+            "@context": "https://schema.org/extensions",
+            "summary": alert.title[:200],
+            "themeColor": COLORS.get(alert.severity, "607D8B"),
+            "title": alert.title,
+            "text": alert.text,
             "sections": [{"facts": [{"name": k, "value": v} for k, v in facts.items()]}],
         }
     if fmt == "slack":
@@ -65,9 +68,16 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
             blocks.append({"type": "section", "fields": fields})
         return {"text": f"[{alert.severity}] {alert.title}", "blocks": blocks}
     return {
-        "schemaVersion": 1, "key": alert.key, "kind": alert.kind, "severity": alert.severity,
-        "title": alert.title, "text": alert.text, "eventId": alert.event_id, "status": alert.status,
-        "at": iso(alert.at), "facts": alert.facts,
+        "schemaVersion": 1,
+        "key": alert.key,
+        "kind": alert.kind,
+        "severity": alert.severity,
+        "title": alert.title,
+        "text": alert.text,
+        "eventId": alert.event_id,
+        "status": alert.status,
+        "at": iso(alert.at),
+        "facts": alert.facts,
     }
 
 

@@ -43,8 +43,17 @@ def queue_name(vm_id: str) -> str:
     return f"vm-{body}"
 
 
-def build_message(event_id: str, vm_id: str, vm_name: str, action: str, decided_by: str, reason: str,
-                  incarnation: int, issued: datetime, expires: datetime) -> Dict[str, Any]:
+def build_message(
+    event_id: str,
+    vm_id: str,
+    vm_name: str,
+    action: str,
+    decided_by: str,
+    reason: str,
+    incarnation: int,
+    issued: datetime,
+    expires: datetime,
+) -> Dict[str, Any]:
     """The approval message, validated (ApprovalInvalid if it does not match the schema)."""
     msg: Dict[str, Any] = {
         "schemaVersion": 1,
@@ -62,8 +71,9 @@ def build_message(event_id: str, vm_id: str, vm_name: str, action: str, decided_
         msg["incarnation"] = incarnation
     errs = schemas.errors(SCHEMA, msg)
     if errs:
-        raise ApprovalInvalid("approval message fails the schema: "
-                              + "; ".join(f"{e['path']}: {e['message']}" for e in errs))
+        raise ApprovalInvalid(
+            "approval message fails the schema: " + "; ".join(f"{e['path']}: {e['message']}" for e in errs)
+        )
     return msg
 
 

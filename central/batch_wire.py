@@ -35,18 +35,29 @@ def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
     parts = [f"--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"]
     for i, entity in enumerate(entities):
         payload = json.dumps(_add_entity_properties(entity))
-        url = (f"{base}/{client.table_name}(PartitionKey='{_prepare_key(entity['PartitionKey'])}',"
-               f"RowKey='{_prepare_key(entity['RowKey'])}')")
+        url = (
+            f"{base}/{client.table_name}(PartitionKey='{_prepare_key(entity['PartitionKey'])}',"
+            f"RowKey='{_prepare_key(entity['RowKey'])}')"
+        )
         parts.append(
             f"--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
             f"Content-ID: {i}\r\n\r\nPATCH {url} HTTP/1.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload.encode('utf-8'))}\r\nAccept: application/json\r\n"
-            f"DataServiceVersion: 3.0\r\n\r\n{payload}\r\n")
+            f"DataServiceVersion: 3.0\r\n\r\n{payload}\r\n"
+        )
     parts.append(f"--{changeset}--\r\n\r\n--{batch}--\r\n")
-    request = HttpRequest("POST", f"{base}/$batch", headers={
-        "x-ms-version": client.api_version, "DataServiceVersion": "3.0",
-        "MaxDataServiceVersion": "3.0;NetFx", "Content-Type": f"multipart/mixed; boundary={batch}",
-        "Accept": "application/json"}, content="".join(parts).encode("utf-8"))
+    request = HttpRequest(
+        "POST",
+        f"{base}/$batch",
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "MaxDataServiceVersion": "3.0;NetFx",
+            "Content-Type": f"multipart/mixed; boundary={batch}",
+            "Accept": "application/json",
+        },
+        content="".join(parts).encode("utf-8"),
+    )
     # stream=True: the pipeline's content decoder cannot read multipart; the body is read here
     response = client._client.send_request(request, stream=True)
     body = response.read()

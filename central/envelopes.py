@@ -82,8 +82,24 @@ def parse_body(body: Union[bytes, str]) -> Union[Envelope, BadEnvelope]:
     vm = data.get("vm") or {}
     vm_id = vm.get("vmId") or obj["partitionkey"]
     if obj["partitionkey"] != vm_id:
-        return BadEnvelope(text, [{"path": "/partitionkey",
-                                   "message": f"partitionkey {obj['partitionkey']!r} is not data.vm.vmId {vm_id!r}"}],
-                           digest, vm_id=vm_id, envelope_id=obj["id"])
-    return Envelope(id=obj["id"], type=obj["type"], vm_id=vm_id, vm_name=vm.get("name") or obj["subject"],
-                    time=time, data=data, raw=obj)
+        return BadEnvelope(
+            text,
+            [
+                {
+                    "path": "/partitionkey",
+                    "message": f"partitionkey {obj['partitionkey']!r} is not data.vm.vmId {vm_id!r}",
+                }
+            ],
+            digest,
+            vm_id=vm_id,
+            envelope_id=obj["id"],
+        )
+    return Envelope(
+        id=obj["id"],
+        type=obj["type"],
+        vm_id=vm_id,
+        vm_name=vm.get("name") or obj["subject"],
+        time=time,
+        data=data,
+        raw=obj,
+    )

@@ -17,8 +17,9 @@ from .vms import VmState
 FAILED = ("timeout", "post-failed")
 
 
-def elect(event: EventRecord, vms_by_name: Dict[str, VmState], now: datetime,
-          liveness: timedelta) -> Optional[VmState]:
+def elect(
+    event: EventRecord, vms_by_name: Dict[str, VmState], now: datetime, liveness: timedelta
+) -> Optional[VmState]:
     failed = {a.vm_id for a in event.approvals if a.result in FAILED}
     for name in sorted(event.resources):
         vm = vms_by_name.get(name)

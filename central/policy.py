@@ -29,17 +29,19 @@ class PolicyError(ValueError):
 
     def __init__(self, errors: List[Dict[str, str]]) -> None:
         self.errors = errors
-        super().__init__("POLICY_JSON is invalid (schemas/policy.schema.json): "
-                         + "; ".join(f"{e['path']}: {e['message']}" for e in errors[:10]))
+        super().__init__(
+            "POLICY_JSON is invalid (schemas/policy.schema.json): "
+            + "; ".join(f"{e['path']}: {e['message']}" for e in errors[:10])
+        )
 
 
 @dataclass(frozen=True)
 class Window:
     name: str
     zone: str
-    days: FrozenSet[int]     # 0 = Monday
-    start: int               # minutes after local midnight
-    end: int                 # exclusive; <= start means it runs past midnight
+    days: FrozenSet[int]  # 0 = Monday
+    start: int  # minutes after local midnight
+    end: int  # exclusive; <= start means it runs past midnight
 
     def contains(self, now: datetime) -> bool:
         local = now.astimezone(ZoneInfo(self.zone))
@@ -94,7 +96,7 @@ class Rule:
     window: Optional[str] = None
     hook: bool = False
     severity: str = "warning"
-    budgets: Optional[Tuple[str, ...]] = None   # None = every budget
+    budgets: Optional[Tuple[str, ...]] = None  # None = every budget
 
     def fits(self, event_type: str, source: str, duration: int, vms: Sequence[VmState]) -> bool:
         m = self.match
@@ -133,8 +135,13 @@ DEFAULT_RULES: Tuple[Rule, ...] = (
     # Microsoft: user-initiated events (a redeploy or reboot someone asked for) are safe to approve.
     Rule("default:user-initiated", "approve", {"eventSources": ["User"]}, severity="info", budgets=()),
     # Microsoft: a Freeze under 9 s (live migration pause) may be approved at once.
-    Rule("default:short-freeze", "approve", {"eventTypes": ["Freeze"], "durationInSeconds": {"min": 0, "max": 9}},
-         severity="info", budgets=()),
+    Rule(
+        "default:short-freeze",
+        "approve",
+        {"eventTypes": ["Freeze"], "durationInSeconds": {"min": 0, "max": 9}},
+        severity="info",
+        budgets=(),
+    ),
     # Anything else is impactful: let the VM drain itself (local hook), then approve.
     Rule("default:impactful", "approve-after-hook", {}, severity="warning"),
 )
@@ -147,7 +154,7 @@ class Policy:
     rules: Tuple[Rule, ...]
     windows: Dict[str, Window]
     budgets: Dict[str, Budget]
-    source: str                                   # "defaults" | "setting" | "fallback"
+    source: str  # "defaults" | "setting" | "fallback"
     errors: List[Dict[str, str]] = field(default_factory=list)
 
     def rule_for(self, event_type: str, source: str, duration: int, vms: Sequence[VmState]) -> Rule:
@@ -161,9 +168,14 @@ class Policy:
         return [self.budgets[n] for n in names if n in self.budgets]
 
     def describe(self) -> Dict[str, Any]:
-        return {"source": self.source, "valid": not self.errors, "errors": self.errors,
-                "rules": [r.name for r in self.rules], "windows": sorted(self.windows),
-                "budgets": sorted(self.budgets)}
+        return {
+            "source": self.source,
+            "valid": not self.errors,
+            "errors": self.errors,
+            "rules": [r.name for r in self.rules],
+            "windows": sorted(self.windows),
+            "budgets": sorted(self.budgets),
+        }
 
 
 def _clock(text: str) -> int:
@@ -183,12 +195,18 @@ def _semantic_errors(doc: Dict[str, Any]) -> List[Dict[str, str]]:
         except (ZoneInfoNotFoundError, ValueError):
             errs.append({"path": f"/windows/{name}/timeZone", "message": f"unknown time zone {zone!r}"})
         if win["start"] == win["end"]:
-            errs.append({"path": f"/windows/{name}", "message": "start equals end: the window would never open"})
+            errs.append(
+                {"path": f"/windows/{name}", "message": "start equals end: the window would never open"}
+            )
     for i, rule in enumerate(doc.get("rules") or []):
         if "window" in rule and rule["window"] not in windows:
-            errs.append({"path": f"/rules/{i}/window", "message": f"no window named {rule['window']!r} in /windows"})
+            errs.append(
+                {"path": f"/rules/{i}/window", "message": f"no window named {rule['window']!r} in /windows"}
+            )
         if "window" in rule and rule["action"] != "approve-in-window":
-            errs.append({"path": f"/rules/{i}/window", "message": "window is only used by action approve-in-window"})
+            errs.append(
+                {"path": f"/rules/{i}/window", "message": "window is only used by action approve-in-window"}
+            )
         for b in rule.get("budgets") or []:
             if b not in budgets:
                 errs.append({"path": f"/rules/{i}/budgets", "message": f"no budget named {b!r} in /budgets"})
@@ -213,15 +231,29 @@ def load(text: Optional[str]) -> Policy:
     if errs:
         raise PolicyError(errs)
     windows = {
-        name: Window(name, w.get("timeZone", "UTC"), frozenset(DAYS.index(d) for d in w.get("days", DAYS)),
-                     _clock(w["start"]), _clock(w["end"]) % (24 * 60))
+        name: Window(
+            name,
+            w.get("timeZone", "UTC"),
+            frozenset(DAYS.index(d) for d in w.get("days", DAYS)),
+            _clock(w["start"]),
+            _clock(w["end"]) % (24 * 60),
+        )
         for name, w in (doc.get("windows") or {}).items()
     }
-    budgets = {name: Budget(name, b["groupBy"], b.get("tag", ""), b["maxImpacted"])
-               for name, b in (doc.get("budgets") or {}).items()}
+    budgets = {
+        name: Budget(name, b["groupBy"], b.get("tag", ""), b["maxImpacted"])
+        for name, b in (doc.get("budgets") or {}).items()
+    }
     rules = tuple(
-        Rule(r["name"], r["action"], r.get("match") or {}, r.get("window"), bool(r.get("hook", False)),
-             r.get("severity", "warning"), tuple(r["budgets"]) if "budgets" in r else None)
+        Rule(
+            r["name"],
+            r["action"],
+            r.get("match") or {},
+            r.get("window"),
+            bool(r.get("hook", False)),
+            r.get("severity", "warning"),
+            tuple(r["budgets"]) if "budgets" in r else None,
+        )
         for r in doc.get("rules") or []
     )
     if doc.get("useDefaults", True):

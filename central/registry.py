@@ -25,24 +25,43 @@ class Approval:
     vm_id: str
     vm_name: str
     queue: str
-    action: str                  # approve | hook-then-approve
+    action: str  # approve | hook-then-approve
     decided_by: str
     sent_at: datetime
     expires_at: datetime
-    result: Optional[str] = None     # outcome from an approvalresult envelope, or "timeout"
+    result: Optional[str] = None  # outcome from an approvalresult envelope, or "timeout"
     result_at: Optional[datetime] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"attempt": self.attempt, "messageId": self.message_id, "vmId": self.vm_id,
-                "vmName": self.vm_name, "queue": self.queue, "action": self.action,
-                "decidedBy": self.decided_by, "sentAt": iso(self.sent_at), "expiresAt": iso(self.expires_at),
-                "result": self.result, "resultAt": iso(self.result_at) if self.result_at else None}
+        return {
+            "attempt": self.attempt,
+            "messageId": self.message_id,
+            "vmId": self.vm_id,
+            "vmName": self.vm_name,
+            "queue": self.queue,
+            "action": self.action,
+            "decidedBy": self.decided_by,
+            "sentAt": iso(self.sent_at),
+            "expiresAt": iso(self.expires_at),
+            "result": self.result,
+            "resultAt": iso(self.result_at) if self.result_at else None,
+        }
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> Approval:
-        return cls(d["attempt"], d["messageId"], d["vmId"], d["vmName"], d["queue"], d["action"],
-                   d["decidedBy"], parse(d["sentAt"]), parse(d["expiresAt"]),  # type: ignore[arg-type]
-                   d.get("result"), parse(d.get("resultAt")))
+        return cls(
+            d["attempt"],
+            d["messageId"],
+            d["vmId"],
+            d["vmName"],
+            d["queue"],
+            d["action"],
+            d["decidedBy"],
+            parse(d["sentAt"]),
+            parse(d["expiresAt"]),  # type: ignore[arg-type]
+            d.get("result"),
+            parse(d.get("resultAt")),
+        )
 
 
 @dataclass
@@ -58,21 +77,21 @@ class EventRecord:
     duration: int = -1
     description: str = ""
     status: str = "Scheduled"
-    history: List[Dict[str, Any]] = field(default_factory=list)   # [{status, at, vm}]
-    reported_by: Dict[str, str] = field(default_factory=dict)     # vmName -> vmId
-    listed_by: List[str] = field(default_factory=list)            # vmIds whose latest document lists it
+    history: List[Dict[str, Any]] = field(default_factory=list)  # [{status, at, vm}]
+    reported_by: Dict[str, str] = field(default_factory=dict)  # vmName -> vmId
+    listed_by: List[str] = field(default_factory=list)  # vmIds whose latest document lists it
     ever_started: bool = False
-    decision: Dict[str, Any] = field(default_factory=dict)        # latest: action, rule, reason, severity, at, by
+    decision: Dict[str, Any] = field(default_factory=dict)  # latest: action, rule, reason, severity, at, by
     decision_seq: int = 0
-    state: str = "new"       # new | approving | approved | held | waiting-window | waiting-budget | no-leader
-                             # | approval-failed | expired | ended
+    state: str = "new"  # new | approving | approved | held | waiting-window | waiting-budget | no-leader
+    # | approval-failed | expired | ended
     approvals: List[Approval] = field(default_factory=list)
     outcome: Optional[str] = None
     outcome_at: Optional[datetime] = None
     outcome_vm: str = ""
     operator_hold: bool = False
     ended_at: Optional[datetime] = None
-    partition: str = ""      # the Events table PartitionKey (month of first sight), fixed at creation
+    partition: str = ""  # the Events table PartitionKey (month of first sight), fixed at creation
 
     @property
     def ended(self) -> bool:
@@ -131,15 +150,32 @@ class EventRecord:
         """The JSON view the HTTP API and alerts show."""
         out = self.outstanding
         return {
-            "eventId": self.event_id, "eventType": self.event_type, "eventSource": self.event_source,
-            "status": self.status, "state": self.state, "resources": self.resources,
+            "eventId": self.event_id,
+            "eventType": self.event_type,
+            "eventSource": self.event_source,
+            "status": self.status,
+            "state": self.state,
+            "resources": self.resources,
             "notBefore": iso(self.not_before) if self.not_before else None,
-            "durationInSeconds": self.duration, "description": self.description,
-            "firstSeen": iso(self.first_seen), "reportedBy": dict(sorted(self.reported_by.items())),
-            "history": self.history, "decision": self.decision,
-            "leader": ({"vmId": out.vm_id, "vmName": out.vm_name, "messageId": out.message_id,
-                        "sentAt": iso(out.sent_at), "expiresAt": iso(out.expires_at)} if out else None),
+            "durationInSeconds": self.duration,
+            "description": self.description,
+            "firstSeen": iso(self.first_seen),
+            "reportedBy": dict(sorted(self.reported_by.items())),
+            "history": self.history,
+            "decision": self.decision,
+            "leader": (
+                {
+                    "vmId": out.vm_id,
+                    "vmName": out.vm_name,
+                    "messageId": out.message_id,
+                    "sentAt": iso(out.sent_at),
+                    "expiresAt": iso(out.expires_at),
+                }
+                if out
+                else None
+            ),
             "approvals": [a.to_json() for a in self.approvals],
-            "outcome": self.outcome, "operatorHold": self.operator_hold,
+            "outcome": self.outcome,
+            "operatorHold": self.operator_hold,
             "endedAt": iso(self.ended_at) if self.ended_at else None,
         }

@@ -39,13 +39,24 @@ def incarnation_entity(env: Envelope, applied: bool, received: datetime) -> Dict
     events = (data.get("document") or {}).get("Events") or []
     entity: Dict[str, Any] = {
         "PartitionKey": day(env.time),
-        "RowKey": safe_key(f"{env.vm_id}_{data['incarnation']:012d}_{hashlib.sha256(env.id.encode()).hexdigest()[:12]}"),
-        "VmId": env.vm_id, "VmName": env.vm_name, "Incarnation": data["incarnation"],
-        "PreviousIncarnation": data.get("previousIncarnation"), "Reset": bool(data.get("reset")),
-        "Applied": applied, "EnvelopeId": env.id, "ObservedAt": _dt(data.get("observedAt")) or env.time,
-        "EnvelopeTime": env.time, "ReceivedAt": received, "ApiVersion": data.get("apiVersion", ""),
-        "EventCount": len(events), "NewCount": len(diff.get("new") or []),
-        "ChangedCount": len(diff.get("changed") or []), "GoneCount": len(diff.get("gone") or []),
+        "RowKey": safe_key(
+            f"{env.vm_id}_{data['incarnation']:012d}_{hashlib.sha256(env.id.encode()).hexdigest()[:12]}"
+        ),
+        "VmId": env.vm_id,
+        "VmName": env.vm_name,
+        "Incarnation": data["incarnation"],
+        "PreviousIncarnation": data.get("previousIncarnation"),
+        "Reset": bool(data.get("reset")),
+        "Applied": applied,
+        "EnvelopeId": env.id,
+        "ObservedAt": _dt(data.get("observedAt")) or env.time,
+        "EnvelopeTime": env.time,
+        "ReceivedAt": received,
+        "ApiVersion": data.get("apiVersion", ""),
+        "EventCount": len(events),
+        "NewCount": len(diff.get("new") or []),
+        "ChangedCount": len(diff.get("changed") or []),
+        "GoneCount": len(diff.get("gone") or []),
     }
     put_json(entity, "EventIds", [e.get("EventId") for e in events])
     put_json(entity, "Document", data.get("document"))
@@ -55,9 +66,14 @@ def incarnation_entity(env: Envelope, applied: bool, received: datetime) -> Dict
 # ---- Quarantine -------------------------------------------------------------------------------
 def quarantine_central(bad: BadEnvelope, now: datetime) -> Dict[str, Any]:
     entity: Dict[str, Any] = {
-        "PartitionKey": day(now), "RowKey": f"central_{bad.sha256[:40]}", "Source": "central",
-        "VmId": bad.vm_id or "", "EnvelopeId": bad.envelope_id or "", "Sha256": bad.sha256,
-        "ReceivedAt": now, "ErrorCount": len(bad.errors),
+        "PartitionKey": day(now),
+        "RowKey": f"central_{bad.sha256[:40]}",
+        "Source": "central",
+        "VmId": bad.vm_id or "",
+        "EnvelopeId": bad.envelope_id or "",
+        "Sha256": bad.sha256,
+        "ReceivedAt": now,
+        "ErrorCount": len(bad.errors),
     }
     put_json(entity, "Errors", bad.errors)
     put_json(entity, "Body", bad.text)
@@ -68,10 +84,17 @@ def quarantine_forwarder(env: Envelope, now: datetime) -> Dict[str, Any]:
     data = env.data
     digest = data.get("rawSha256") or hashlib.sha256(env.id.encode()).hexdigest()
     entity: Dict[str, Any] = {
-        "PartitionKey": day(env.time), "RowKey": safe_key(f"forwarder_{env.vm_id}_{digest[:40]}"),
-        "Source": "forwarder", "VmId": env.vm_id, "VmName": env.vm_name, "EnvelopeId": env.id,
-        "Sha256": digest, "ReceivedAt": now, "ObservedAt": _dt(data.get("observedAt")) or env.time,
-        "ErrorCount": len(data.get("errors") or []), "RawTruncated": bool(data.get("rawTruncated")),
+        "PartitionKey": day(env.time),
+        "RowKey": safe_key(f"forwarder_{env.vm_id}_{digest[:40]}"),
+        "Source": "forwarder",
+        "VmId": env.vm_id,
+        "VmName": env.vm_name,
+        "EnvelopeId": env.id,
+        "Sha256": digest,
+        "ReceivedAt": now,
+        "ObservedAt": _dt(data.get("observedAt")) or env.time,
+        "ErrorCount": len(data.get("errors") or []),
+        "RawTruncated": bool(data.get("rawTruncated")),
     }
     if isinstance(data.get("incarnation"), int):
         entity["Incarnation"] = data["incarnation"]
@@ -83,11 +106,20 @@ def quarantine_forwarder(env: Envelope, now: datetime) -> Dict[str, Any]:
 # ---- Vms --------------------------------------------------------------------------------------
 def vm_entity(vm: VmState) -> Dict[str, Any]:
     entity: Dict[str, Any] = {
-        "PartitionKey": "vm", "RowKey": safe_key(vm.vm_id), "VmId": vm.vm_id, "VmName": vm.name,
-        "ResourceId": vm.resource_id, "ScaleSet": vm.scale_set, "PlacementGroupId": vm.placement_group,
-        "Zone": vm.zone, "LastSeen": vm.last_seen, "LastHeartbeat": vm.last_heartbeat,
-        "ForwarderVersion": vm.forwarder_version, "Incarnation": vm.incarnation,
-        "IncarnationObservedAt": vm.incarnation_observed, "OutboxDropped": vm.outbox_dropped,
+        "PartitionKey": "vm",
+        "RowKey": safe_key(vm.vm_id),
+        "VmId": vm.vm_id,
+        "VmName": vm.name,
+        "ResourceId": vm.resource_id,
+        "ScaleSet": vm.scale_set,
+        "PlacementGroupId": vm.placement_group,
+        "Zone": vm.zone,
+        "LastSeen": vm.last_seen,
+        "LastHeartbeat": vm.last_heartbeat,
+        "ForwarderVersion": vm.forwarder_version,
+        "Incarnation": vm.incarnation,
+        "IncarnationObservedAt": vm.incarnation_observed,
+        "OutboxDropped": vm.outbox_dropped,
         "OutboxBacklog": vm.outbox_backlog,
     }
     put_json(entity, "Tags", vm.tags)
@@ -97,12 +129,20 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
 
 def vm_from_entity(e: Dict[str, Any]) -> VmState:
     return VmState(
-        vm_id=e["VmId"], name=e.get("VmName", ""), resource_id=e.get("ResourceId", ""),
-        scale_set=e.get("ScaleSet", ""), placement_group=e.get("PlacementGroupId", ""), zone=e.get("Zone", ""),
-        tags=get_json(e, "Tags", {}) or {}, last_seen=_dt(e.get("LastSeen")),
-        last_heartbeat=_dt(e.get("LastHeartbeat")), forwarder_version=e.get("ForwarderVersion", ""),
-        incarnation=e.get("Incarnation"), incarnation_observed=_dt(e.get("IncarnationObservedAt")),
-        listed=get_json(e, "ListedEventIds", []) or [], outbox_dropped=int(e.get("OutboxDropped", 0)),
+        vm_id=e["VmId"],
+        name=e.get("VmName", ""),
+        resource_id=e.get("ResourceId", ""),
+        scale_set=e.get("ScaleSet", ""),
+        placement_group=e.get("PlacementGroupId", ""),
+        zone=e.get("Zone", ""),
+        tags=get_json(e, "Tags", {}) or {},
+        last_seen=_dt(e.get("LastSeen")),
+        last_heartbeat=_dt(e.get("LastHeartbeat")),
+        forwarder_version=e.get("ForwarderVersion", ""),
+        incarnation=e.get("Incarnation"),
+        incarnation_observed=_dt(e.get("IncarnationObservedAt")),
+        listed=get_json(e, "ListedEventIds", []) or [],
+        outbox_dropped=int(e.get("OutboxDropped", 0)),
         outbox_backlog=int(e.get("OutboxBacklog", 0)),
     )
 
@@ -111,17 +151,35 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
 def event_entity(rec: EventRecord) -> Dict[str, Any]:
     last = rec.approvals[-1] if rec.approvals else None
     entity: Dict[str, Any] = {
-        "PartitionKey": rec.partition, "RowKey": safe_key(rec.event_id), "EventId": rec.event_id,
-        "EventType": rec.event_type, "EventSource": rec.event_source, "ResourceType": rec.resource_type,
-        "Status": rec.status, "State": rec.state, "FirstSeen": rec.first_seen, "NotBefore": rec.not_before,
-        "NotBeforeText": rec.not_before_text, "DurationInSeconds": rec.duration,
-        "Description": rec.description[:4096], "EverStarted": rec.ever_started, "Ended": rec.ended,
-        "EndedAt": rec.ended_at, "OperatorHold": rec.operator_hold, "DecisionSeq": rec.decision_seq,
-        "DecisionAction": rec.decision.get("action", ""), "DecisionRule": rec.decision.get("rule", ""),
-        "DecisionReason": rec.decision.get("reason", ""), "Severity": rec.decision.get("severity", ""),
-        "ApprovalCount": len(rec.approvals), "LeaderVmId": last.vm_id if last else "",
-        "LeaderVmName": last.vm_name if last else "", "ApprovalSentAt": last.sent_at if last else None,
-        "Outcome": rec.outcome or "", "OutcomeAt": rec.outcome_at, "OutcomeVm": rec.outcome_vm,
+        "PartitionKey": rec.partition,
+        "RowKey": safe_key(rec.event_id),
+        "EventId": rec.event_id,
+        "EventType": rec.event_type,
+        "EventSource": rec.event_source,
+        "ResourceType": rec.resource_type,
+        "Status": rec.status,
+        "State": rec.state,
+        "FirstSeen": rec.first_seen,
+        "NotBefore": rec.not_before,
+        "NotBeforeText": rec.not_before_text,
+        "DurationInSeconds": rec.duration,
+        "Description": rec.description[:4096],
+        "EverStarted": rec.ever_started,
+        "Ended": rec.ended,
+        "EndedAt": rec.ended_at,
+        "OperatorHold": rec.operator_hold,
+        "DecisionSeq": rec.decision_seq,
+        "DecisionAction": rec.decision.get("action", ""),
+        "DecisionRule": rec.decision.get("rule", ""),
+        "DecisionReason": rec.decision.get("reason", ""),
+        "Severity": rec.decision.get("severity", ""),
+        "ApprovalCount": len(rec.approvals),
+        "LeaderVmId": last.vm_id if last else "",
+        "LeaderVmName": last.vm_name if last else "",
+        "ApprovalSentAt": last.sent_at if last else None,
+        "Outcome": rec.outcome or "",
+        "OutcomeAt": rec.outcome_at,
+        "OutcomeVm": rec.outcome_vm,
         "ReporterCount": len(rec.reported_by),
     }
     put_json(entity, "Resources", rec.resources)
@@ -164,12 +222,21 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
 # ---- Decisions and alerts ---------------------------------------------------------------------
 def decision_entity(rec: EventRecord, decision: Dict[str, Any], at: datetime) -> Dict[str, Any]:
     entity = {
-        "PartitionKey": day(at), "RowKey": safe_key(f"{rec.event_id}_{rec.decision_seq:04d}"),
-        "EventId": rec.event_id, "EventType": rec.event_type, "Seq": rec.decision_seq, "At": at,
-        "Action": decision["action"], "State": decision["state"], "Rule": decision["rule"],
-        "Reason": decision["reason"][:4000], "Severity": decision["severity"],
-        "DecidedBy": decision["decidedBy"], "LeaderVmId": decision.get("leaderVmId") or "",
-        "LeaderVmName": decision.get("leaderVmName") or "", "MessageId": decision.get("messageId") or "",
+        "PartitionKey": day(at),
+        "RowKey": safe_key(f"{rec.event_id}_{rec.decision_seq:04d}"),
+        "EventId": rec.event_id,
+        "EventType": rec.event_type,
+        "Seq": rec.decision_seq,
+        "At": at,
+        "Action": decision["action"],
+        "State": decision["state"],
+        "Rule": decision["rule"],
+        "Reason": decision["reason"][:4000],
+        "Severity": decision["severity"],
+        "DecidedBy": decision["decidedBy"],
+        "LeaderVmId": decision.get("leaderVmId") or "",
+        "LeaderVmName": decision.get("leaderVmName") or "",
+        "MessageId": decision.get("messageId") or "",
         "ExpiresAt": parse(decision.get("expiresAt")) if decision.get("expiresAt") else None,
     }
     return {k: v for k, v in entity.items() if v is not None}
@@ -179,22 +246,41 @@ def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
     """An approval result envelope, logged in Decisions beside the decision it answers."""
     d = env.data
     entity = {
-        "PartitionKey": day(env.time), "RowKey": safe_key(f"{d['eventId']}_result_{env.vm_id}_{env.id[-24:]}"),
-        "EventId": d["eventId"], "Action": "result", "State": d["outcome"], "Rule": "",
-        "Reason": str(d.get("reason", ""))[:4000], "Severity": "info", "DecidedBy": d.get("decidedBy") or "",
-        "LeaderVmId": env.vm_id, "LeaderVmName": env.vm_name, "MessageId": d.get("messageId") or "",
-        "At": _dt(d.get("at")) or env.time, "ReceivedAt": now,
+        "PartitionKey": day(env.time),
+        "RowKey": safe_key(f"{d['eventId']}_result_{env.vm_id}_{env.id[-24:]}"),
+        "EventId": d["eventId"],
+        "Action": "result",
+        "State": d["outcome"],
+        "Rule": "",
+        "Reason": str(d.get("reason", ""))[:4000],
+        "Severity": "info",
+        "DecidedBy": d.get("decidedBy") or "",
+        "LeaderVmId": env.vm_id,
+        "LeaderVmName": env.vm_name,
+        "MessageId": d.get("messageId") or "",
+        "At": _dt(d.get("at")) or env.time,
+        "ReceivedAt": now,
     }
     return entity
 
 
 def alert_entity(alert: Alert, delivery: Delivery, fmt: str) -> Dict[str, Any]:
     entity = {
-        "PartitionKey": day(alert.at), "RowKey": safe_key(alert.key), "Key": alert.key, "Kind": alert.kind,
-        "Severity": alert.severity, "Title": alert.title[:1000], "Text": alert.text[:4000],
-        "EventId": alert.event_id or "", "Status": alert.status or "", "At": alert.at,
-        "Sent": delivery.sent, "Attempts": delivery.attempts, "Error": delivery.error[:1000],
-        "HttpStatus": delivery.http_status, "Format": fmt,
+        "PartitionKey": day(alert.at),
+        "RowKey": safe_key(alert.key),
+        "Key": alert.key,
+        "Kind": alert.kind,
+        "Severity": alert.severity,
+        "Title": alert.title[:1000],
+        "Text": alert.text[:4000],
+        "EventId": alert.event_id or "",
+        "Status": alert.status or "",
+        "At": alert.at,
+        "Sent": delivery.sent,
+        "Attempts": delivery.attempts,
+        "Error": delivery.error[:1000],
+        "HttpStatus": delivery.http_status,
+        "Format": fmt,
     }
     put_json(entity, "Facts", alert.facts)
     return {k: v for k, v in entity.items() if v is not None}

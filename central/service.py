@@ -33,8 +33,8 @@ from .vms import VmState
 
 log = logging.getLogger(__name__)
 
-SEEN_LIMIT = 200_000                 # envelope ids remembered for exact-duplicate drops
-ENDED_KEEP = timedelta(hours=24)     # ended events stay in memory so a late report cannot revive them
+SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops
+ENDED_KEEP = timedelta(hours=24)  # ended events stay in memory so a late report cannot revive them
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
 IMPACTING_STATES = ("approving", "approved")
@@ -51,8 +51,8 @@ class InvalidRequest(ValueError):
 @dataclass
 class Decision:
     event_id: str
-    action: str          # approve | approve-after-hook | approve-in-window | hold | failover | expired | operator-*
-    state: str           # the event's state after it (see registry.EventRecord.state)
+    action: str  # approve | approve-after-hook | approve-in-window | hold | failover | expired | operator-*
+    state: str  # the event's state after it (see registry.EventRecord.state)
     rule: str
     reason: str
     severity: str
@@ -91,8 +91,14 @@ class BatchResult:
 
 
 class CentralService:
-    def __init__(self, settings: CentralSettings, store: TableLog, sender: ApprovalSender,
-                 alerter: WebhookAlerter, transport: Optional[CountingTransport] = None) -> None:
+    def __init__(
+        self,
+        settings: CentralSettings,
+        store: TableLog,
+        sender: ApprovalSender,
+        alerter: WebhookAlerter,
+        transport: Optional[CountingTransport] = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.sender = sender
@@ -110,13 +116,23 @@ class CentralService:
         self.vms: Dict[str, VmState] = {}
         self.by_name: Dict[str, str] = {}
         self.events: Dict[str, EventRecord] = {}
-        self._seen: "OrderedDict[str, None]" = OrderedDict()
+        self._seen: OrderedDict[str, None] = OrderedDict()
         self._alerted: Set[str] = set()
         self._lock = threading.RLock()
         self._loaded = False
-        self.counters: Dict[str, int] = {k: 0 for k in (
-            "envelopes", "duplicates", "stale", "quarantined", "approvals", "alertsSent", "alertsFailed",
-            "storeErrors")}
+        self.counters: Dict[str, int] = {
+            k: 0
+            for k in (
+                "envelopes",
+                "duplicates",
+                "stale",
+                "quarantined",
+                "approvals",
+                "alertsSent",
+                "alertsFailed",
+                "storeErrors",
+            )
+        }
         # per call, reset by _begin()
         self._dirty_events: Set[str] = set()
         self._dirty_vms: Set[str] = set()
@@ -131,9 +147,13 @@ class CentralService:
         typed = CentralSettings.from_mapping(settings)
         transport = CountingTransport() if count_requests else None
         tables, queues = storage_clients(settings, transport=transport)
-        alerter = WebhookAlerter(url=typed.webhook_url, fmt=typed.webhook_format,
-                                 max_attempts=typed.alert_attempts, backoff=typed.alert_backoff,
-                                 timeout=typed.alert_timeout)
+        alerter = WebhookAlerter(
+            url=typed.webhook_url,
+            fmt=typed.webhook_format,
+            max_attempts=typed.alert_attempts,
+            backoff=typed.alert_backoff,
+            timeout=typed.alert_timeout,
+        )
         return cls(typed, TableLog(tables, typed.table_prefix), ApprovalSender(queues), alerter, transport)
 
     def _ensure_loaded(self) -> None:
@@ -154,12 +174,22 @@ class CentralService:
     def _policy_alert(self) -> None:
         if self.policy_error is not None:
             digest = hashlib.sha256(str(self.policy_error.errors).encode()).hexdigest()[:16]
-            self._alert(Alert(f"policy-invalid:{digest}", "policy-invalid", "critical",
-                              "Central policy is invalid: every event is held",
-                              str(self.policy_error), self._now, facts={"errors": self.policy_error.errors[:5]}))
+            self._alert(
+                Alert(
+                    f"policy-invalid:{digest}",
+                    "policy-invalid",
+                    "critical",
+                    "Central policy is invalid: every event is held",
+                    str(self.policy_error),
+                    self._now,
+                    facts={"errors": self.policy_error.errors[:5]},
+                )
+            )
 
     # ---- the public operations -------------------------------------------------------------------
-    def handle_batch(self, bodies: Sequence[Union[bytes, str]], now: Optional[datetime] = None) -> BatchResult:
+    def handle_batch(
+        self, bodies: Sequence[Union[bytes, str]], now: Optional[datetime] = None
+    ) -> BatchResult:
         """Process one Event Hubs batch. Bad envelopes are quarantined; the rest go on.
         Raises StoreError only when the log store cannot be written (rows are kept for the next call)."""
         with self._lock:
@@ -169,8 +199,13 @@ class CentralService:
                 try:
                     self._one(body)
                 except (KeyError, TypeError, ValueError) as exc:  # valid by schema yet unusable: keep it
-                    self._quarantine(BadEnvelope(env_mod._text(body), [{"path": "/", "message": f"{exc}"[:300]}],
-                                                 hashlib.sha256(env_mod._text(body).encode()).hexdigest()))
+                    self._quarantine(
+                        BadEnvelope(
+                            env_mod._text(body),
+                            [{"path": "/", "message": f"{exc}"[:300]}],
+                            hashlib.sha256(env_mod._text(body).encode()).hexdigest(),
+                        )
+                    )
             for event_id in sorted(self._dirty_events):
                 self._evaluate(self.events[event_id])
             return self._finish()
@@ -191,8 +226,9 @@ class CentralService:
             self._touch(None)
             return [r.view() for r in sorted(self.events.values(), key=lambda r: r.first_seen) if not r.ended]
 
-    def decide(self, event_id: str, action: str, operator: str, reason: str,
-               now: Optional[datetime] = None) -> Dict[str, Any]:
+    def decide(
+        self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None
+    ) -> Dict[str, Any]:
         """An operator's decision: "approve" (now, to the elected leader; windows and budgets do not
         apply) or "hold" (no automatic approval until an operator approves)."""
         if action not in ("approve", "hold"):
@@ -210,8 +246,10 @@ class CentralService:
                 rec.operator_hold = True
                 note = ""
                 if rec.outstanding is not None:
-                    note = (f"; an approval already sent to {rec.outstanding.vm_name} cannot be recalled "
-                            f"(it expires at {iso(rec.outstanding.expires_at)})")
+                    note = (
+                        f"; an approval already sent to {rec.outstanding.vm_name} cannot be recalled "
+                        f"(it expires at {iso(rec.outstanding.expires_at)})"
+                    )
                 self._record(rec, "operator-hold", "held", by, why + note, "warning", by)
             else:
                 problem = self._unapprovable(rec)
@@ -235,11 +273,17 @@ class CentralService:
             open_events = [r for r in self.events.values() if not r.ended]
             return {
                 "status": "ok" if storage == "ok" and self.policy_error is None else "degraded",
-                "storage": storage, "policy": self.policy.describe(),
-                "webhook": {"configured": bool(self.settings.webhook_url), "format": self.settings.webhook_format},
-                "openEvents": len(open_events), "knownVms": len(self.vms),
+                "storage": storage,
+                "policy": self.policy.describe(),
+                "webhook": {
+                    "configured": bool(self.settings.webhook_url),
+                    "format": self.settings.webhook_format,
+                },
+                "openEvents": len(open_events),
+                "knownVms": len(self.vms),
                 "liveVms": sum(1 for v in self.vms.values() if v.live(self._now, self.liveness)),
-                "stagedRows": self.store.staged_count, "counters": dict(self.counters),
+                "stagedRows": self.store.staged_count,
+                "counters": dict(self.counters),
                 "storageRequests": self.transport.requests if self.transport else None,
             }
 
@@ -308,7 +352,7 @@ class CentralService:
         if vm is None:
             vm = self.vms[env.vm_id] = VmState(env.vm_id, env.vm_name)
         vm.update_identity(env.vm)
-        vm.seen(min(env.time, self._now))    # a fast clock on a VM must not make it look live forever
+        vm.seen(min(env.time, self._now))  # a fast clock on a VM must not make it look live forever
         self.by_name[vm.name] = vm.vm_id
         self._dirty_vms.add(vm.vm_id)
         return vm
@@ -319,7 +363,11 @@ class CentralService:
         if vm.incarnation is None or inc > vm.incarnation:
             return True
         observed = env.time
-        return bool(env.data.get("reset")) and vm.incarnation_observed is not None and observed > vm.incarnation_observed
+        return (
+            bool(env.data.get("reset"))
+            and vm.incarnation_observed is not None
+            and observed > vm.incarnation_observed
+        )
 
     def _incarnation(self, env: Envelope, vm: VmState) -> None:
         applied = self._newer(vm, env)
@@ -361,13 +409,25 @@ class CentralService:
             vm.forwarder_version = (env.data.get("forwarder") or {}).get("version", vm.forwarder_version)
         dropped = int(outbox.get("dropped", 0))
         if dropped > vm.outbox_dropped:
-            self._alert(Alert(
-                f"outbox-dropped:{vm.vm_id}:{dropped}", "outbox-dropped", "critical",
-                f"Forwarder on {vm.name} dropped envelopes",
-                f"The bounded outbox on {vm.name} dropped {dropped - vm.outbox_dropped} envelope(s) "
-                f"({dropped} since install): Event Hubs was unreachable for long. Incarnations may be missing.",
-                self._now, facts={"vm": vm.name, "vmId": vm.vm_id, "dropped": dropped,
-                                  "previously": vm.outbox_dropped, "lastError": outbox.get("lastError")}))
+            self._alert(
+                Alert(
+                    f"outbox-dropped:{vm.vm_id}:{dropped}",
+                    "outbox-dropped",
+                    "critical",
+                    f"Forwarder on {vm.name} dropped envelopes",
+                    f"The bounded outbox on {vm.name} dropped {dropped - vm.outbox_dropped} envelope(s) "
+                    f"({dropped} since install): Event Hubs was unreachable for long. "
+                    "Incarnations may be missing.",
+                    self._now,
+                    facts={
+                        "vm": vm.name,
+                        "vmId": vm.vm_id,
+                        "dropped": dropped,
+                        "previously": vm.outbox_dropped,
+                        "lastError": outbox.get("lastError"),
+                    },
+                )
+            )
             vm.outbox_dropped = dropped
 
     def _quarantine(self, bad: BadEnvelope) -> None:
@@ -375,12 +435,22 @@ class CentralService:
         self.counters["quarantined"] += 1
         self.store.stage("Quarantine", rows.quarantine_central(bad, self._now))
         first = bad.errors[0] if bad.errors else {"path": "/", "message": "?"}
-        self._alert(Alert(
-            f"quarantined:central:{bad.sha256[:32]}", "quarantined", "warning",
-            "Central quarantined an envelope it could not accept",
-            f"{first['path']}: {first['message']}", self._now,
-            facts={"vmId": bad.vm_id, "envelopeId": bad.envelope_id, "sha256": bad.sha256,
-                   "errors": len(bad.errors)}))
+        self._alert(
+            Alert(
+                f"quarantined:central:{bad.sha256[:32]}",
+                "quarantined",
+                "warning",
+                "Central quarantined an envelope it could not accept",
+                f"{first['path']}: {first['message']}",
+                self._now,
+                facts={
+                    "vmId": bad.vm_id,
+                    "envelopeId": bad.envelope_id,
+                    "sha256": bad.sha256,
+                    "errors": len(bad.errors),
+                },
+            )
+        )
 
     def _forwarder_quarantine(self, env: Envelope) -> None:
         self._result.quarantined += 1
@@ -388,11 +458,17 @@ class CentralService:
         entity = rows.quarantine_forwarder(env, self._now)
         self.store.stage("Quarantine", entity)
         errs = env.data.get("errors") or [{"path": "/", "message": "?"}]
-        self._alert(Alert(
-            f"quarantined:{env.vm_id}:{entity['Sha256'][:32]}", "quarantined", "warning",
-            f"IMDS on {env.vm_name} returned a document that fails the schema",
-            f"{errs[0]['path']}: {errs[0]['message']}", self._now,
-            facts={"vm": env.vm_name, "vmId": env.vm_id, "errors": len(errs)}))
+        self._alert(
+            Alert(
+                f"quarantined:{env.vm_id}:{entity['Sha256'][:32]}",
+                "quarantined",
+                "warning",
+                f"IMDS on {env.vm_name} returned a document that fails the schema",
+                f"{errs[0]['path']}: {errs[0]['message']}",
+                self._now,
+                facts={"vm": env.vm_name, "vmId": env.vm_id, "errors": len(errs)},
+            )
+        )
 
     def _approval_result(self, env: Envelope) -> None:
         d = env.data
@@ -420,13 +496,28 @@ class CentralService:
             rec.state = "approved"
         elif d["outcome"] in REFUSED_OUTCOMES:
             rec.state = "approval-failed"
-            self._record(rec, "approval-failed", "approval-failed", "forwarder",
-                         f"{env.vm_name} reported {d['outcome']}: {d.get('reason', '')}", "critical",
-                         f"vm:{env.vm_name}")
-            self._alert(Alert(f"{rec.event_id}:approval-failed", "approval-failed", "critical",
-                              f"{rec.event_type} {rec.event_id}: approval failed on {env.vm_name}",
-                              f"{d['outcome']}: {d.get('reason', '')}. The event starts at NotBefore.",
-                              self._now, rec.event_id, rec.status, self._facts(rec)))
+            self._record(
+                rec,
+                "approval-failed",
+                "approval-failed",
+                "forwarder",
+                f"{env.vm_name} reported {d['outcome']}: {d.get('reason', '')}",
+                "critical",
+                f"vm:{env.vm_name}",
+            )
+            self._alert(
+                Alert(
+                    f"{rec.event_id}:approval-failed",
+                    "approval-failed",
+                    "critical",
+                    f"{rec.event_type} {rec.event_id}: approval failed on {env.vm_name}",
+                    f"{d['outcome']}: {d.get('reason', '')}. The event starts at NotBefore.",
+                    self._now,
+                    rec.event_id,
+                    rec.status,
+                    self._facts(rec),
+                )
+            )
         # post-failed: the next evaluation fails over to another live VM
 
     # ---- decisions ------------------------------------------------------------------------------
@@ -445,9 +536,15 @@ class CentralService:
         if rec.not_before is not None and self._now >= rec.not_before:
             if rec.state not in ("approved", "expired"):
                 rec.state = "expired"
-                self._record(rec, "expired", "expired", "notbefore",
-                             f"NotBefore {iso(rec.not_before)} passed without a confirmed approval; Azure starts it",
-                             "info", "policy:notbefore")
+                self._record(
+                    rec,
+                    "expired",
+                    "expired",
+                    "notbefore",
+                    f"NotBefore {iso(rec.not_before)} passed without a confirmed approval; Azure starts it",
+                    "info",
+                    "policy:notbefore",
+                )
             return
         out = rec.outstanding
         if out is not None:
@@ -463,7 +560,11 @@ class CentralService:
         by = f"policy:{rule.name}"
         failover = bool(rec.approvals) and rec.approvals[-1].result in ("timeout", "post-failed")
         if rule.action == "hold":
-            why = ("policy invalid: " + str(self.policy_error)[:500]) if self.policy_error else "policy holds it"
+            why = (
+                ("policy invalid: " + str(self.policy_error)[:500])
+                if self.policy_error
+                else "policy holds it"
+            )
             self._record(rec, "hold", "held", rule.name, why + "; left to NotBefore", rule.severity, by)
             return
         msg_action = "hook-then-approve" if rule.action == "approve-after-hook" else "approve"
@@ -472,9 +573,15 @@ class CentralService:
             msg_action = "hook-then-approve" if rule.hook else "approve"
             if not window.contains(self._now):
                 nxt = window.next_open(self._now)
-                self._record(rec, "approve-in-window", "waiting-window", rule.name,
-                             f"waiting for window {window.name} (next opens {iso(nxt) if nxt else 'never'})",
-                             rule.severity, by)
+                self._record(
+                    rec,
+                    "approve-in-window",
+                    "waiting-window",
+                    rule.name,
+                    f"waiting for window {window.name} (next opens {iso(nxt) if nxt else 'never'})",
+                    rule.severity,
+                    by,
+                )
                 return
         wait = self._budget_wait(rec, rule, vms)
         if wait:
@@ -517,24 +624,47 @@ class CentralService:
                 busy = impacted.get(group, set()) - members
                 if len(busy) + len(members) > b.max_impacted:
                     if not busy:
-                        return (f"budget {b.name}: this event alone affects {len(members)} VMs of {group}, "
-                                f"more than {b.max_impacted}; held until NotBefore or an operator approves")
-                    return (f"budget {b.name}: {len(busy)} VM(s) of {group} already impacted, "
-                            f"{len(members)} more would pass {b.max_impacted}")
+                        return (
+                            f"budget {b.name}: this event alone affects {len(members)} VMs of {group}, "
+                            f"more than {b.max_impacted}; held until NotBefore or an operator approves"
+                        )
+                    return (
+                        f"budget {b.name}: {len(busy)} VM(s) of {group} already impacted, "
+                        f"{len(members)} more would pass {b.max_impacted}"
+                    )
         return ""
 
-    def _send_approval(self, rec: EventRecord, msg_action: str, by: str, why: str, action: str,
-                       severity: str) -> bool:
-        leader = elect(rec, {n: self.vms[i] for n, i in self.by_name.items() if i in self.vms},
-                       self._now, self.liveness)
+    def _send_approval(
+        self, rec: EventRecord, msg_action: str, by: str, why: str, action: str, severity: str
+    ) -> bool:
+        leader = elect(
+            rec, {n: self.vms[i] for n, i in self.by_name.items() if i in self.vms}, self._now, self.liveness
+        )
         if leader is None:
-            self._record(rec, action, "no-leader", by.split(":", 1)[-1],
-                         "no live forwarder among Resources " + ", ".join(rec.resources[:10])
-                         + "; waiting (left to NotBefore if none comes)", "critical", by)
-            self._alert(Alert(f"{rec.event_id}:no-leader", "no-leader", "critical",
-                              f"{rec.event_type} {rec.event_id}: no live VM can approve it",
-                              "No VM in Resources has a live forwarder; the event starts at NotBefore.",
-                              self._now, rec.event_id, rec.status, self._facts(rec)))
+            self._record(
+                rec,
+                action,
+                "no-leader",
+                by.split(":", 1)[-1],
+                "no live forwarder among Resources "
+                + ", ".join(rec.resources[:10])
+                + "; waiting (left to NotBefore if none comes)",
+                "critical",
+                by,
+            )
+            self._alert(
+                Alert(
+                    f"{rec.event_id}:no-leader",
+                    "no-leader",
+                    "critical",
+                    f"{rec.event_type} {rec.event_id}: no live VM can approve it",
+                    "No VM in Resources has a live forwarder; the event starts at NotBefore.",
+                    self._now,
+                    rec.event_id,
+                    rec.status,
+                    self._facts(rec),
+                )
+            )
             return False
         expires = self._now + self.result_timeout
         if rec.not_before is not None:
@@ -543,61 +673,139 @@ class CentralService:
             self._record(rec, action, "expired", by, "too close to NotBefore to send an approval", "info", by)
             return False
         attempt = len(rec.approvals) + 1
-        if not self.store.claim(f"{rec.event_id}:approval:{attempt}", rows.claim_partition(rec.event_id),
-                                VmId=leader.vm_id, At=self._now):
+        if not self.store.claim(
+            f"{rec.event_id}:approval:{attempt}",
+            rows.claim_partition(rec.event_id),
+            VmId=leader.vm_id,
+            At=self._now,
+        ):
             rec.state = "approving-elsewhere"
             log.info("approval %d of %s already claimed by another instance", attempt, rec.event_id)
             return False
         incarnation = leader.incarnation if leader.incarnation is not None else -1
-        message = build_message(rec.event_id, leader.vm_id, leader.name, msg_action, by, why,
-                                incarnation, self._now, expires)
+        message = build_message(
+            rec.event_id, leader.vm_id, leader.name, msg_action, by, why, incarnation, self._now, expires
+        )
         queue = self.sender.send(message, self._now, expires)
-        rec.approvals.append(Approval(attempt, message["messageId"], leader.vm_id, leader.name, queue,
-                                      msg_action, by, self._now, expires))
+        rec.approvals.append(
+            Approval(
+                attempt,
+                message["messageId"],
+                leader.vm_id,
+                leader.name,
+                queue,
+                msg_action,
+                by,
+                self._now,
+                expires,
+            )
+        )
         self._result.approvals_sent += 1
         self.counters["approvals"] += 1
         reason = f"{why}; approval {attempt} ({msg_action}) to leader {leader.name}, expires {iso(expires)}"
         if action == "failover":
             prev = rec.approvals[-2]
             reason = f"leader {prev.vm_name} gave no result ({prev.result}); " + reason
-        self._record(rec, action, "approving", by.split(":", 1)[-1], reason, severity, by,
-                     leader=leader, message_id=message["messageId"], expires=expires, force=True)
+        self._record(
+            rec,
+            action,
+            "approving",
+            by.split(":", 1)[-1],
+            reason,
+            severity,
+            by,
+            leader=leader,
+            message_id=message["messageId"],
+            expires=expires,
+            force=True,
+        )
         return True
 
-    def _record(self, rec: EventRecord, action: str, state: str, rule: str, reason: str, severity: str,
-                by: str, leader: Optional[VmState] = None, message_id: Optional[str] = None,
-                expires: Optional[datetime] = None, force: bool = False) -> None:
+    def _record(
+        self,
+        rec: EventRecord,
+        action: str,
+        state: str,
+        rule: str,
+        reason: str,
+        severity: str,
+        by: str,
+        leader: Optional[VmState] = None,
+        message_id: Optional[str] = None,
+        expires: Optional[datetime] = None,
+        force: bool = False,
+    ) -> None:
         """Set the event's state and log a decision row, unless it repeats the last one (the timer
         re-evaluates every few minutes; an unchanged verdict is not a new decision)."""
         if not force and rec.state == state and rec.decision.get("reason") == reason:
             return
         rec.state = state
         rec.decision_seq += 1
-        decision = {"action": action, "state": state, "rule": rule, "reason": reason, "severity": severity,
-                    "decidedBy": by, "at": iso(self._now), "leaderVmId": leader.vm_id if leader else None,
-                    "leaderVmName": leader.name if leader else None, "messageId": message_id,
-                    "expiresAt": iso(expires) if expires else None}
+        decision = {
+            "action": action,
+            "state": state,
+            "rule": rule,
+            "reason": reason,
+            "severity": severity,
+            "decidedBy": by,
+            "at": iso(self._now),
+            "leaderVmId": leader.vm_id if leader else None,
+            "leaderVmName": leader.name if leader else None,
+            "messageId": message_id,
+            "expiresAt": iso(expires) if expires else None,
+        }
         rec.decision = decision
         self.store.stage("Decisions", rows.decision_entity(rec, decision, self._now))
         self._dirty_events.add(rec.event_id)
-        self._result.decisions.append(Decision(
-            rec.event_id, action, state, rule, reason, severity, by, self._now,
-            leader.vm_id if leader else None, leader.name if leader else None, message_id, expires))
+        self._result.decisions.append(
+            Decision(
+                rec.event_id,
+                action,
+                state,
+                rule,
+                reason,
+                severity,
+                by,
+                self._now,
+                leader.vm_id if leader else None,
+                leader.name if leader else None,
+                message_id,
+                expires,
+            )
+        )
 
     # ---- alerts -------------------------------------------------------------------------------
     def _facts(self, rec: EventRecord) -> Dict[str, Any]:
         last = rec.approvals[-1] if rec.approvals else None
-        return {"eventId": rec.event_id, "eventType": rec.event_type, "eventSource": rec.event_source,
-                "status": rec.status, "resources": ", ".join(rec.resources[:20]),
-                "notBefore": iso(rec.not_before) if rec.not_before else "",
-                "durationInSeconds": rec.duration, "decision": rec.decision.get("action", ""),
-                "state": rec.state, "reason": rec.decision.get("reason", ""),
-                "leader": last.vm_name if last else "", "reportedBy": len(rec.reported_by)}
+        return {
+            "eventId": rec.event_id,
+            "eventType": rec.event_type,
+            "eventSource": rec.event_source,
+            "status": rec.status,
+            "resources": ", ".join(rec.resources[:20]),
+            "notBefore": iso(rec.not_before) if rec.not_before else "",
+            "durationInSeconds": rec.duration,
+            "decision": rec.decision.get("action", ""),
+            "state": rec.state,
+            "reason": rec.decision.get("reason", ""),
+            "leader": last.vm_name if last else "",
+            "reportedBy": len(rec.reported_by),
+        }
 
     def _status_alert(self, rec: EventRecord) -> None:
         # queued now, built at delivery time so it carries the decision taken in this same call
-        self._alert(Alert(f"{rec.event_id}:{rec.status}", "event-status", "", "", "", self._now,
-                          rec.event_id, rec.status))
+        self._alert(
+            Alert(
+                f"{rec.event_id}:{rec.status}",
+                "event-status",
+                "",
+                "",
+                "",
+                self._now,
+                rec.event_id,
+                rec.status,
+            )
+        )
 
     def _alert(self, alert: Alert) -> None:
         if alert.key in self._alerted or any(a.key == alert.key for a in self._alerts):
@@ -607,17 +815,25 @@ class CentralService:
     def _deliver(self, alert: Alert) -> None:
         if alert.kind == "event-status" and alert.event_id in self.events:
             rec = self.events[alert.event_id]
-            alert.severity = "info" if rec.status in ("Completed", "Cancelled") else (
-                rec.decision.get("severity") or "warning")
+            alert.severity = (
+                "info"
+                if rec.status in ("Completed", "Cancelled")
+                else (rec.decision.get("severity") or "warning")
+            )
             alert.title = f"{rec.event_type} {rec.status}: {', '.join(rec.resources[:5])}" + (
-                f" (+{len(rec.resources) - 5})" if len(rec.resources) > 5 else "")
+                f" (+{len(rec.resources) - 5})" if len(rec.resources) > 5 else ""
+            )
             nb = f", NotBefore {iso(rec.not_before)}" if rec.not_before and rec.status == "Scheduled" else ""
-            alert.text = (f"Event {rec.event_id} ({rec.event_source}) is {rec.status}{nb}. "
-                          f"Decision: {rec.decision.get('action', 'none')} - {rec.decision.get('reason', '')}")
+            alert.text = (
+                f"Event {rec.event_id} ({rec.event_source}) is {rec.status}{nb}. "
+                f"Decision: {rec.decision.get('action', 'none')} - {rec.decision.get('reason', '')}"
+            )
             alert.facts = self._facts(rec)
         self._alerted.add(alert.key)
         try:
-            if not self.store.claim(alert.key, rows.claim_partition(alert.key), Kind=alert.kind, At=self._now):
+            if not self.store.claim(
+                alert.key, rows.claim_partition(alert.key), Kind=alert.kind, At=self._now
+            ):
                 return  # another instance sent it
         except StoreError as exc:
             log.warning("alert claim failed, sending anyway: %s", exc)

@@ -58,17 +58,19 @@ class CentralSettings:
     webhook_url: str = ""
     webhook_format: str = "generic"
     table_prefix: str = ""
-    result_timeout: float = 120.0       # APPROVAL_RESULT_TIMEOUT_SECONDS
-    liveness: float = 300.0             # LEADER_LIVENESS_SECONDS
-    alert_attempts: int = 3             # ALERT_MAX_ATTEMPTS
-    alert_backoff: float = 0.5          # ALERT_BACKOFF_SECONDS
-    alert_timeout: float = 5.0          # ALERT_TIMEOUT_SECONDS
+    result_timeout: float = 120.0  # APPROVAL_RESULT_TIMEOUT_SECONDS
+    liveness: float = 300.0  # LEADER_LIVENESS_SECONDS
+    alert_attempts: int = 3  # ALERT_MAX_ATTEMPTS
+    alert_backoff: float = 0.5  # ALERT_BACKOFF_SECONDS
+    alert_timeout: float = 5.0  # ALERT_TIMEOUT_SECONDS
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
         prefix = (s.get("TABLE_PREFIX") or "").strip()
         if prefix and not (prefix.isalnum() and prefix[0].isalpha() and len(prefix) <= 40):
-            raise SettingsError(f"TABLE_PREFIX must be letters and digits starting with a letter (<= 40), got {prefix!r}")
+            raise SettingsError(
+                f"TABLE_PREFIX must be letters and digits starting with a letter (<= 40), got {prefix!r}"
+            )
         return cls(
             policy_json=s.get("POLICY_JSON") or "",
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
@@ -94,8 +96,9 @@ def _credential(settings: Mapping[str, str], prefix: str) -> Any:
     return DefaultAzureCredential(managed_identity_client_id=client_id)
 
 
-def storage_clients(settings: Mapping[str, str], prefix: str = STORAGE_PREFIX,
-                    transport: Optional[CountingTransport] = None) -> Tuple[Any, Any]:
+def storage_clients(
+    settings: Mapping[str, str], prefix: str = STORAGE_PREFIX, transport: Optional[CountingTransport] = None
+) -> Tuple[Any, Any]:
     """(TableServiceClient, QueueServiceClient) for connection prefix `prefix`."""
     from azure.data.tables import TableServiceClient
     from azure.storage.queue import QueueServiceClient
@@ -103,14 +106,20 @@ def storage_clients(settings: Mapping[str, str], prefix: str = STORAGE_PREFIX,
     extra: Dict[str, Any] = {"transport": transport} if transport is not None else {}
     conn = (settings.get(prefix) or "").strip()
     if conn:
-        return (TableServiceClient.from_connection_string(conn, **extra),
-                QueueServiceClient.from_connection_string(conn, **extra))
+        return (
+            TableServiceClient.from_connection_string(conn, **extra),
+            QueueServiceClient.from_connection_string(conn, **extra),
+        )
     table_uri = (settings.get(f"{prefix}__tableServiceUri") or "").strip()
     queue_uri = (settings.get(f"{prefix}__queueServiceUri") or "").strip()
     if not table_uri or not queue_uri:
         raise SettingsError(
-            f"storage connection {prefix!r} is not configured: set {prefix} (a connection string, e.g. Azurite) "
-            f"or both {prefix}__tableServiceUri and {prefix}__queueServiceUri (identity-based)")
+            f"storage connection {prefix!r} is not configured: set {prefix} "
+            "(a connection string, e.g. Azurite) "
+            f"or both {prefix}__tableServiceUri and {prefix}__queueServiceUri (identity-based)"
+        )
     credential = _credential(settings, prefix)
-    return (TableServiceClient(endpoint=table_uri, credential=credential, **extra),
-            QueueServiceClient(account_url=queue_uri, credential=credential, **extra))
+    return (
+        TableServiceClient(endpoint=table_uri, credential=credential, **extra),
+        QueueServiceClient(account_url=queue_uri, credential=credential, **extra),
+    )

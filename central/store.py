@@ -23,10 +23,10 @@ from . import batch_wire
 log = logging.getLogger(__name__)
 
 TABLES = ("Incarnations", "Events", "Decisions", "Vms", "Alerts", "Quarantine", "Claims")
-MAX_OPS = 100                      # Table storage: at most 100 operations per transaction
-MAX_TXN_BYTES = 3 * 1024 * 1024    # payload limit is 4 MiB; keep a margin for the multipart framing
-PART_CHARS = 15_000                # 64 KiB per string property = 32K UTF-16 units; 15K chars is safe for any text
-MAX_JSON_BYTES = 600_000           # per JSON column (UTF-16 bytes), so the entity stays under 1 MiB
+MAX_OPS = 100  # Table storage: at most 100 operations per transaction
+MAX_TXN_BYTES = 3 * 1024 * 1024  # payload limit is 4 MiB; keep a margin for the multipart framing
+PART_CHARS = 15_000  # 64 KiB per string property = 32K UTF-16 units; 15K chars is safe for any text
+MAX_JSON_BYTES = 600_000  # per JSON column (UTF-16 bytes), so the entity stays under 1 MiB
 
 
 class StoreError(RuntimeError):
@@ -42,7 +42,7 @@ def put_json(entity: Dict[str, Any], name: str, value: Any) -> None:
     if len(text.encode("utf-16-le", "surrogatepass")) > MAX_JSON_BYTES:
         text = text[: MAX_JSON_BYTES // 4]
         truncated = True
-    parts = [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+    parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
     entity[name] = parts[0]
     for i, part in enumerate(parts[1:], start=1):
         entity[f"{name}_{i}"] = part
@@ -57,7 +57,9 @@ def get_json(entity: Dict[str, Any], name: str, default: Any = None) -> Any:
     """Read a column written by put_json (None/default when absent or truncated)."""
     if name not in entity or entity.get(f"{name}Truncated"):
         return default
-    text = entity[name] + "".join(entity.get(f"{name}_{i}", "") for i in range(1, int(entity.get(f"{name}Parts", 1))))
+    text = entity[name] + "".join(
+        entity.get(f"{name}_{i}", "") for i in range(1, int(entity.get(f"{name}Parts", 1)))
+    )
     try:
         return json.loads(text)
     except ValueError:
@@ -125,7 +127,9 @@ class TableLog:
                 for key, _ in chunk:
                     self._staged.pop(key, None)
         if failures:
-            raise StoreError("log store write failed (rows kept, retried at the next flush): " + "; ".join(failures))
+            raise StoreError(
+                "log store write failed (rows kept, retried at the next flush): " + "; ".join(failures)
+            )
         return sent
 
     @staticmethod
@@ -168,14 +172,22 @@ class TableLog:
         return True
 
     # ---- reads (once per instance) -------------------------------------------------------------
-    def query(self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+    def query(
+        self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None
+    ) -> List[Dict[str, Any]]:
         self.ensure_tables()
         client = self.service.get_table_client(self.name(table))
-        return [dict(e) for e in client.query_entities(filter_, parameters=parameters or {}, results_per_page=1000)]
+        return [
+            dict(e)
+            for e in client.query_entities(filter_, parameters=parameters or {}, results_per_page=1000)
+        ]
 
     def all_rows(self, table: str) -> List[Dict[str, Any]]:
         self.ensure_tables()
-        return [dict(e) for e in self.service.get_table_client(self.name(table)).list_entities(results_per_page=1000)]
+        return [
+            dict(e)
+            for e in self.service.get_table_client(self.name(table)).list_entities(results_per_page=1000)
+        ]
 
 
 _FORBIDDEN = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})

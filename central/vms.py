@@ -16,10 +16,10 @@ class VmState:
     placement_group: str = ""
     zone: str = ""
     tags: Dict[str, str] = field(default_factory=dict)
-    last_seen: Optional[datetime] = None          # latest envelope time of any type (capped at now)
+    last_seen: Optional[datetime] = None  # latest envelope time of any type (capped at now)
     last_heartbeat: Optional[datetime] = None
     forwarder_version: str = ""
-    incarnation: Optional[int] = None             # the incarnation whose document is applied
+    incarnation: Optional[int] = None  # the incarnation whose document is applied
     incarnation_observed: Optional[datetime] = None
     listed: List[str] = field(default_factory=list)  # EventIds in that document
     outbox_dropped: int = 0

@@ -113,14 +113,19 @@ def make_handler(state: State) -> type:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--fail-first", type=int, default=0, help="answer the first K alerts with --fail-status")
+    parser.add_argument(
+        "--fail-first", type=int, default=0, help="answer the first K alerts with --fail-status"
+    )
     parser.add_argument("--fail-status", type=int, default=500)
     parser.add_argument("--record", type=Path, help="append every alert to this JSON-lines file")
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(State(args.fail_first, args.fail_status,
-                                                                              args.record)))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", args.port), make_handler(State(args.fail_first, args.fail_status, args.record))
+    )
     print(f"webhook receiver on http://127.0.0.1:{args.port}/", flush=True)
     try:
         server.serve_forever(poll_interval=0.5)

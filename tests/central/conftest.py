@@ -62,9 +62,15 @@ class Env:
         self.queues = QueueServiceClient.from_connection_string(conn)
 
     def settings(self, **extra: str) -> Dict[str, str]:
-        base = {"ApprovalStorage": self.conn, "TABLE_PREFIX": self.prefix, "ALERT_WEBHOOK_URL": self.hook_url,
-                "ALERT_WEBHOOK_FORMAT": "generic", "ALERT_BACKOFF_SECONDS": "0.05",
-                "APPROVAL_RESULT_TIMEOUT_SECONDS": "120", "LEADER_LIVENESS_SECONDS": "300"}
+        base = {
+            "ApprovalStorage": self.conn,
+            "TABLE_PREFIX": self.prefix,
+            "ALERT_WEBHOOK_URL": self.hook_url,
+            "ALERT_WEBHOOK_FORMAT": "generic",
+            "ALERT_BACKOFF_SECONDS": "0.05",
+            "APPROVAL_RESULT_TIMEOUT_SECONDS": "120",
+            "LEADER_LIVENESS_SECONDS": "300",
+        }
         base.update(extra)
         return base
 

@@ -23,11 +23,26 @@ def rfc1123(moment: datetime) -> str:
     return format_datetime(moment.astimezone(timezone.utc).replace(microsecond=0), usegmt=True)
 
 
-def event(event_id: str, resources: List[str], event_type: str = "Reboot", status: str = "Scheduled",
-          not_before: Optional[datetime] = None, source: str = "Platform", duration: int = -1) -> Dict[str, Any]:
-    return {"EventId": event_id, "EventStatus": status, "EventType": event_type, "ResourceType": "VirtualMachine",
-            "Resources": resources, "NotBefore": "" if status == "Started" else rfc1123(not_before or T0 + timedelta(minutes=15)),
-            "Description": f"{event_type} test", "EventSource": source, "DurationInSeconds": duration}
+def event(
+    event_id: str,
+    resources: List[str],
+    event_type: str = "Reboot",
+    status: str = "Scheduled",
+    not_before: Optional[datetime] = None,
+    source: str = "Platform",
+    duration: int = -1,
+) -> Dict[str, Any]:
+    return {
+        "EventId": event_id,
+        "EventStatus": status,
+        "EventType": event_type,
+        "ResourceType": "VirtualMachine",
+        "Resources": resources,
+        "NotBefore": "" if status == "Started" else rfc1123(not_before or T0 + timedelta(minutes=15)),
+        "Description": f"{event_type} test",
+        "EventSource": source,
+        "DurationInSeconds": duration,
+    }
 
 
 @dataclass
@@ -41,18 +56,29 @@ class Vm:
     events: List[Dict[str, Any]] = field(default_factory=list)
 
     def identity(self) -> Dict[str, Any]:
-        vm: Dict[str, Any] = {"vmId": self.vm_id, "name": self.name,
-                              "resourceId": f"/subscriptions/0000/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/{self.name}",
-                              "tags": dict(self.tags)}
+        vm: Dict[str, Any] = {
+            "vmId": self.vm_id,
+            "name": self.name,
+            "resourceId": f"/subscriptions/0000/resourceGroups/rg/providers/Microsoft.Compute/vm/{self.name}",
+            "tags": dict(self.tags),
+        }
         if self.scale_set:
             vm["vmScaleSetName"] = self.scale_set
             vm["placementGroupId"] = f"pg-{self.scale_set}"
         return vm
 
     def _wrap(self, type_: str, id_: str, data: Dict[str, Any], at: datetime) -> Dict[str, Any]:
-        env = {"specversion": "1.0", "id": id_, "source": self.identity()["resourceId"],
-               "type": f"scheduledevents.{type_}.v1", "subject": self.name, "time": iso(at),
-               "datacontenttype": "application/json", "partitionkey": self.vm_id, "data": data}
+        env = {
+            "specversion": "1.0",
+            "id": id_,
+            "source": self.identity()["resourceId"],
+            "type": f"scheduledevents.{type_}.v1",
+            "subject": self.name,
+            "time": iso(at),
+            "datacontenttype": "application/json",
+            "partitionkey": self.vm_id,
+            "data": data,
+        }
         errors = schemas.errors("envelope.schema.json", env)
         assert not errors, errors
         return env
@@ -63,32 +89,66 @@ class Vm:
         self.incarnation += 1
         before = {e["EventId"]: e for e in self.events}
         after = {e["EventId"]: e for e in events}
-        diff = {"new": [e for k, e in after.items() if k not in before],
-                "changed": [{"before": before[k], "after": e} for k, e in after.items() if k in before and before[k] != e],
-                "gone": [e for k, e in before.items() if k not in after]}
+        diff = {
+            "new": [e for k, e in after.items() if k not in before],
+            "changed": [
+                {"before": before[k], "after": e} for k, e in after.items() if k in before and before[k] != e
+            ],
+            "gone": [e for k, e in before.items() if k not in after],
+        }
         self.events = list(events)
         doc = {"DocumentIncarnation": self.incarnation, "Events": events}
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-        data = {"vm": self.identity(), "incarnation": self.incarnation, "previousIncarnation": self.previous,
-                "reset": False, "apiVersion": "2020-07-01", "document": doc, "diff": diff, "observedAt": iso(at)}
+        data = {
+            "vm": self.identity(),
+            "incarnation": self.incarnation,
+            "previousIncarnation": self.previous,
+            "reset": False,
+            "apiVersion": "2020-07-01",
+            "document": doc,
+            "diff": diff,
+            "observedAt": iso(at),
+        }
         return self._wrap("incarnation", f"{self.vm_id}:incarnation:{self.incarnation}:{digest}", data, at)
 
     def heartbeat(self, at: datetime = T0, dropped: int = 0) -> Dict[str, Any]:
-        data = {"vm": self.identity(), "forwarder": {"version": "0.1.0", "startedAt": iso(T0 - timedelta(hours=1))},
-                "lastIncarnation": self.incarnation or None,
-                "scheduledEventIds": [e["EventId"] for e in self.events if e["EventStatus"] == "Scheduled"],
-                "outbox": {"backlog": 0, "dropped": dropped, "lastSendAt": iso(at), "lastError": None}}
+        data = {
+            "vm": self.identity(),
+            "forwarder": {"version": "0.1.0", "startedAt": iso(T0 - timedelta(hours=1))},
+            "lastIncarnation": self.incarnation or None,
+            "scheduledEventIds": [e["EventId"] for e in self.events if e["EventStatus"] == "Scheduled"],
+            "outbox": {"backlog": 0, "dropped": dropped, "lastSendAt": iso(at), "lastError": None},
+        }
         return self._wrap("heartbeat", f"{self.vm_id}:heartbeat:{iso(at)}", data, at)
 
-    def result(self, event_id: str, outcome: str, message_id: Optional[str], at: datetime = T0) -> Dict[str, Any]:
-        data = {"vm": self.identity(), "eventId": event_id, "messageId": message_id, "outcome": outcome,
-                "reason": f"test {outcome}", "decidedBy": "policy:test", "hook": None, "at": iso(at)}
-        return self._wrap("approvalresult", f"{self.vm_id}:result:{event_id}:{message_id}:{outcome}", data, at)
+    def result(
+        self, event_id: str, outcome: str, message_id: Optional[str], at: datetime = T0
+    ) -> Dict[str, Any]:
+        data = {
+            "vm": self.identity(),
+            "eventId": event_id,
+            "messageId": message_id,
+            "outcome": outcome,
+            "reason": f"test {outcome}",
+            "decidedBy": "policy:test",
+            "hook": None,
+            "at": iso(at),
+        }
+        return self._wrap(
+            "approvalresult", f"{self.vm_id}:result:{event_id}:{message_id}:{outcome}", data, at
+        )
 
     def quarantined(self, raw: str, at: datetime = T0) -> Dict[str, Any]:
-        data = {"vm": self.identity(), "apiVersion": "2020-07-01", "raw": raw,
-                "rawSha256": hashlib.sha256(raw.encode()).hexdigest(), "document": None, "incarnation": None,
-                "errors": [{"path": "/", "message": "not JSON"}], "observedAt": iso(at)}
+        data = {
+            "vm": self.identity(),
+            "apiVersion": "2020-07-01",
+            "raw": raw,
+            "rawSha256": hashlib.sha256(raw.encode()).hexdigest(),
+            "document": None,
+            "incarnation": None,
+            "errors": [{"path": "/", "message": "not JSON"}],
+            "observedAt": iso(at),
+        }
         return self._wrap("quarantined", f"{self.vm_id}:quarantined:{data['rawSha256'][:16]}", data, at)
 
 

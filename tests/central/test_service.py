@@ -23,11 +23,18 @@ def test_one_event_two_vms_one_approval_to_the_leader_and_one_alert(env: Env, ho
     svc = env.service()
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-two", ["vm-b", "vm-a"])
-    result = svc.handle_batch([body(b.heartbeat()), body(a.heartbeat()),
-                               body(b.incarnation_env([ev])), body(a.incarnation_env([ev]))], now=T0)
+    result = svc.handle_batch(
+        [
+            body(b.heartbeat()),
+            body(a.heartbeat()),
+            body(b.incarnation_env([ev])),
+            body(a.incarnation_env([ev])),
+        ],
+        now=T0,
+    )
     assert result.processed == 4 and result.approvals_sent == 1
     msgs = env.messages(a.vm_id)
-    assert len(msgs) == 1 and env.messages(b.vm_id) == []      # leader: first live VM in sorted Resources
+    assert len(msgs) == 1 and env.messages(b.vm_id) == []  # leader: first live VM in sorted Resources
     msg = msgs[0]
     assert schemas.errors("approval.schema.json", msg) == []
     assert msg["eventId"] == "E-two" and msg["vmName"] == "vm-a" and msg["action"] == "hook-then-approve"
@@ -45,7 +52,7 @@ def test_duplicates_and_replays_change_nothing_twice(env: Env, hook: Hook) -> No
     a = Vm("vm-a")
     ev = event("E-dup", ["vm-a"])
     batch = [body(a.heartbeat()), body(a.incarnation_env([ev]))]
-    svc.handle_batch(batch + batch, now=T0)                         # duplicates inside one batch
+    svc.handle_batch(batch + batch, now=T0)  # duplicates inside one batch
     rows_before = {t: len(env.rows(t)) for t in ("Incarnations", "Events", "Decisions", "Alerts")}
     again = svc.handle_batch(batch, now=T0 + timedelta(seconds=5))  # a replay (checkpoint lost)
     assert again.duplicates == 2 and again.approvals_sent == 0 and again.decisions == []
@@ -64,10 +71,12 @@ def test_out_of_order_older_incarnation_does_not_regress(env: Env, hook: Hook) -
     sched = a.incarnation_env([event("E-ord", ["vm-a"])], at=T0)
     started = a.incarnation_env([event("E-ord", ["vm-a"], status="Started")], at=T0 + timedelta(seconds=30))
     gone = a.incarnation_env([], at=T0 + timedelta(seconds=60))
-    svc.handle_batch([body(a.heartbeat()), body(sched), body(started), body(gone)], now=T0 + timedelta(seconds=61))
-    late = svc.handle_batch([body(started)], now=T0 + timedelta(seconds=70))   # a late copy: duplicate
+    svc.handle_batch(
+        [body(a.heartbeat()), body(sched), body(started), body(gone)], now=T0 + timedelta(seconds=61)
+    )
+    late = svc.handle_batch([body(started)], now=T0 + timedelta(seconds=70))  # a late copy: duplicate
     assert late.duplicates == 1
-    fresh = env.service()                                                        # cold instance: by incarnation
+    fresh = env.service()  # cold instance: by incarnation
     stale = fresh.handle_batch([body(sched)], now=T0 + timedelta(seconds=80))
     assert stale.stale == 1
     (row,) = env.rows("Events")
@@ -82,7 +91,7 @@ def test_cancelled_when_gone_from_every_reporting_vm_without_starting(env: Env, 
     ev = event("E-can", ["vm-a", "vm-b"])
     svc.handle_batch([body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))], now=T0)
     svc.handle_batch([body(a.incarnation_env([]))], now=T0 + timedelta(seconds=5))
-    assert svc.pending()[0]["status"] == "Scheduled"                # b still lists it
+    assert svc.pending()[0]["status"] == "Scheduled"  # b still lists it
     svc.handle_batch([body(b.incarnation_env([]))], now=T0 + timedelta(seconds=6))
     assert svc.pending() == []
     (row,) = env.rows("Events")
@@ -94,17 +103,26 @@ def test_silent_leader_fails_over_after_the_timeout_never_two_outstanding(env: E
     svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60")
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-fail", ["vm-a", "vm-b"])
-    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),
-                      body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))], now=T0)
+    svc.handle_batch(
+        [
+            body(a.heartbeat()),
+            body(b.heartbeat()),
+            body(a.incarnation_env([ev])),
+            body(b.incarnation_env([ev])),
+        ],
+        now=T0,
+    )
     first = env.messages(a.vm_id)[0]
-    assert svc.reevaluate(now=T0 + timedelta(seconds=30)) == []     # still waiting for vm-a
+    assert svc.reevaluate(now=T0 + timedelta(seconds=30)) == []  # still waiting for vm-a
     decisions = svc.reevaluate(now=T0 + timedelta(seconds=61))
     assert [d.action for d in decisions] == ["failover"] and decisions[0].leader_vm_name == "vm-b"
     second = env.messages(b.vm_id)[0]
     assert parse(first["expiresAt"]) <= T0 + timedelta(seconds=61)  # the first had expired: one outstanding
     assert second["eventId"] == "E-fail" and second["messageId"] != first["messageId"]
     # vm-b reports the approval: no further failover
-    svc.handle_batch([body(b.result("E-fail", "approved", second["messageId"]))], now=T0 + timedelta(seconds=70))
+    svc.handle_batch(
+        [body(b.result("E-fail", "approved", second["messageId"]))], now=T0 + timedelta(seconds=70)
+    )
     assert svc.reevaluate(now=T0 + timedelta(seconds=200)) == []
     view = svc.pending()[0]
     assert view["outcome"] == "approved" and view["state"] == "approved"
@@ -116,36 +134,58 @@ def test_no_live_forwarder_means_no_approval_and_one_alert(env: Env, hook: Hook)
     a = Vm("vm-a")
     svc.handle_batch([body(a.heartbeat(at=T0 - timedelta(minutes=10)))], now=T0 - timedelta(minutes=10))
     # vm-a's document arrives late (old envelope time): its forwarder is not live now
-    svc.handle_batch([body(a.incarnation_env([event("E-nol", ["vm-a"])], at=T0 - timedelta(minutes=5)))], now=T0)
+    svc.handle_batch(
+        [body(a.incarnation_env([event("E-nol", ["vm-a"])], at=T0 - timedelta(minutes=5)))], now=T0
+    )
     assert env.messages(a.vm_id) == []
     svc.reevaluate(now=T0 + timedelta(seconds=30))
-    assert [x for x in hook.alerts() if x.get("kind") == "no-leader"][0]["eventId"] == "E-nol"
+    assert next(x for x in hook.alerts() if x.get("kind") == "no-leader")["eventId"] == "E-nol"
     assert svc.pending()[0]["state"] == "no-leader"
     svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=40)))], now=T0 + timedelta(seconds=40))
     svc.reevaluate(now=T0 + timedelta(seconds=41))
-    assert len(env.messages(a.vm_id)) == 1                          # the forwarder came back
+    assert len(env.messages(a.vm_id)) == 1  # the forwarder came back
 
 
-BUDGET_POLICY = {"version": 1, "budgets": {"per-scale-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
-                 "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
+BUDGET_POLICY = {
+    "version": 1,
+    "budgets": {"per-scale-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
+    "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}],
+}
 
 
 def test_disruption_budget_waits_then_frees(env: Env, hook: Hook) -> None:
     svc = env.service(POLICY_JSON=json.dumps(BUDGET_POLICY))
     a, b = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
     ea, eb = event("E-b1", ["web_0"]), event("E-b2", ["web_1"])
-    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),
-                      body(a.incarnation_env([ea])), body(b.incarnation_env([eb]))], now=T0)
+    svc.handle_batch(
+        [
+            body(a.heartbeat()),
+            body(b.heartbeat()),
+            body(a.incarnation_env([ea])),
+            body(b.incarnation_env([eb])),
+        ],
+        now=T0,
+    )
     assert len(env.messages(a.vm_id)) == 1 and env.messages(b.vm_id) == []
     states = {p["eventId"]: p["state"] for p in svc.pending()}
     assert states == {"E-b1": "approving", "E-b2": "waiting-budget"}
-    assert svc.reevaluate(now=T0 + timedelta(seconds=10)) == []      # unchanged verdict: no new decision
+    assert svc.reevaluate(now=T0 + timedelta(seconds=10)) == []  # unchanged verdict: no new decision
     # web_0 reboots and comes back: its event is gone, the budget frees
-    svc.handle_batch([body(a.result("E-b1", "approved", env.messages(a.vm_id)[0]["messageId"])),
-                      body(a.incarnation_env([dict(ea, EventStatus="Started", NotBefore="")],
-                                             at=T0 + timedelta(seconds=20)))], now=T0 + timedelta(seconds=20))
-    assert svc.reevaluate(now=T0 + timedelta(seconds=25)) == []      # Started still counts against the budget
-    svc.handle_batch([body(a.incarnation_env([], at=T0 + timedelta(seconds=30)))], now=T0 + timedelta(seconds=30))
+    svc.handle_batch(
+        [
+            body(a.result("E-b1", "approved", env.messages(a.vm_id)[0]["messageId"])),
+            body(
+                a.incarnation_env(
+                    [dict(ea, EventStatus="Started", NotBefore="")], at=T0 + timedelta(seconds=20)
+                )
+            ),
+        ],
+        now=T0 + timedelta(seconds=20),
+    )
+    assert svc.reevaluate(now=T0 + timedelta(seconds=25)) == []  # Started still counts against the budget
+    svc.handle_batch(
+        [body(a.incarnation_env([], at=T0 + timedelta(seconds=30)))], now=T0 + timedelta(seconds=30)
+    )
     svc.handle_batch([body(b.heartbeat(at=T0 + timedelta(seconds=31)))], now=T0 + timedelta(seconds=31))
     decisions = svc.reevaluate(now=T0 + timedelta(seconds=32))
     assert [(d.event_id, d.state) for d in decisions] == [("E-b2", "approving")]
@@ -153,16 +193,28 @@ def test_disruption_budget_waits_then_frees(env: Env, hook: Hook) -> None:
 
 
 def test_maintenance_window_holds_until_it_opens(env: Env, hook: Hook) -> None:
-    pol = {"version": 1, "windows": {"evening": {"timeZone": "Europe/Oslo", "start": "18:00", "end": "20:00"}},
-           "rules": [{"name": "redeploy-evening", "match": {"eventTypes": ["Redeploy"]},
-                      "action": "approve-in-window", "window": "evening", "hook": True}]}
+    pol = {
+        "version": 1,
+        "windows": {"evening": {"timeZone": "Europe/Oslo", "start": "18:00", "end": "20:00"}},
+        "rules": [
+            {
+                "name": "redeploy-evening",
+                "match": {"eventTypes": ["Redeploy"]},
+                "action": "approve-in-window",
+                "window": "evening",
+                "hook": True,
+            }
+        ],
+    }
     svc = env.service(POLICY_JSON=json.dumps(pol))
     a = Vm("vm-a")
     nb = T0 + timedelta(hours=6)
-    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-win", ["vm-a"], "Redeploy",
-                                                                         not_before=nb)]))], now=T0)
+    svc.handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-win", ["vm-a"], "Redeploy", not_before=nb)]))],
+        now=T0,
+    )
     assert env.messages(a.vm_id) == [] and svc.pending()[0]["state"] == "waiting-window"
-    opens = T0 + timedelta(hours=5)                                  # 17:00 UTC = 18:00 Oslo
+    opens = T0 + timedelta(hours=5)  # 17:00 UTC = 18:00 Oslo
     svc.handle_batch([body(a.heartbeat(at=opens - timedelta(seconds=5)))], now=opens - timedelta(seconds=5))
     assert svc.reevaluate(now=opens - timedelta(seconds=1)) == []
     decisions = svc.reevaluate(now=opens)
@@ -175,18 +227,26 @@ def test_bad_envelopes_are_quarantined_and_the_rest_is_processed(env: Env, hook:
     svc = env.service()
     a = Vm("vm-a")
     good = a.incarnation_env([event("E-q", ["vm-a"], "Freeze", duration=5)])
-    invalid = dict(good, id="x", data={"vm": {"vmId": a.vm_id}})      # fails the schema
-    result = svc.handle_batch([b"{not json", json.dumps(invalid), body(a.heartbeat()), body(good),
-                               body(a.quarantined("<html>oops</html>"))], now=T0)
+    invalid = dict(good, id="x", data={"vm": {"vmId": a.vm_id}})  # fails the schema
+    result = svc.handle_batch(
+        [
+            b"{not json",
+            json.dumps(invalid),
+            body(a.heartbeat()),
+            body(good),
+            body(a.quarantined("<html>oops</html>")),
+        ],
+        now=T0,
+    )
     assert result.quarantined == 3 and result.processed == 3 and result.approvals_sent == 1
-    assert env.messages(a.vm_id)[0]["action"] == "approve"            # short Freeze: approve at once
+    assert env.messages(a.vm_id)[0]["action"] == "approve"  # short Freeze: approve at once
     rows = env.rows("Quarantine")
     assert sorted(r["Source"] for r in rows) == ["central", "central", "forwarder"]
     assert any("not JSON" in r["Errors"] for r in rows)
     kinds = [x["kind"] for x in hook.alerts()]
     assert kinds.count("quarantined") == 3
     again = svc.handle_batch([b"{not json"], now=T0 + timedelta(seconds=1))
-    assert again.quarantined == 1 and len(env.rows("Quarantine")) == 3   # same body: same row, no new alert
+    assert again.quarantined == 1 and len(env.rows("Quarantine")) == 3  # same body: same row, no new alert
     assert [x["kind"] for x in hook.alerts()].count("quarantined") == 3
 
 
@@ -194,7 +254,9 @@ def test_webhook_down_is_retried_recorded_and_never_blocks(env: Env, hook: Hook)
     hook.fail_next(3)
     svc = env.service(ALERT_MAX_ATTEMPTS="3")
     a = Vm("vm-a")
-    result = svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-wh", ["vm-a"])]))], now=T0)
+    result = svc.handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-wh", ["vm-a"])]))], now=T0
+    )
     assert hook.attempts() == 3 and result.alerts_failed == 1
     assert result.approvals_sent == 1 and len(env.messages(a.vm_id)) == 1
     (alert_row,) = env.rows("Alerts")
@@ -210,8 +272,13 @@ def test_outbox_drops_alert_once_per_increase(env: Env, hook: Hook) -> None:
     svc = env.service()
     a = Vm("vm-a")
     svc.handle_batch([body(a.heartbeat(at=T0, dropped=0))], now=T0)
-    svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=1), dropped=4)),
-                      body(a.heartbeat(at=T0 + timedelta(seconds=2), dropped=4))], now=T0 + timedelta(seconds=2))
+    svc.handle_batch(
+        [
+            body(a.heartbeat(at=T0 + timedelta(seconds=1), dropped=4)),
+            body(a.heartbeat(at=T0 + timedelta(seconds=2), dropped=4)),
+        ],
+        now=T0 + timedelta(seconds=2),
+    )
     drops = [x for x in hook.alerts() if x.get("kind") == "outbox-dropped"]
     assert len(drops) == 1 and drops[0]["facts"]["dropped"] == 4
 
@@ -233,8 +300,9 @@ def test_invalid_policy_holds_everything_and_says_why(env: Env, hook: Hook) -> N
     assert health["status"] == "degraded" and health["policy"]["valid"] is False
     assert health["policy"]["errors"][0]["path"] == "/rules/0/action"
     a = Vm("vm-a")
-    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-inv", ["vm-a"], source="User")]))],
-                     now=T0)
+    svc.handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-inv", ["vm-a"], source="User")]))], now=T0
+    )
     assert env.messages(a.vm_id) == []
     view = svc.pending()[0]
     assert view["state"] == "held" and "policy invalid" in view["decision"]["reason"]
@@ -262,7 +330,9 @@ def test_operator_hold_and_approve(env: Env, hook: Hook) -> None:
 def test_large_document_is_split_across_columns(env: Env, hook: Hook) -> None:
     svc = env.service()
     a = Vm("vm-a")
-    events = [dict(event(f"E-big-{i:03d}", ["vm-a"], source="User"), Description="d" * 4000) for i in range(60)]
+    events = [
+        dict(event(f"E-big-{i:03d}", ["vm-a"], source="User"), Description="d" * 4000) for i in range(60)
+    ]
     svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env(events))], now=T0)
     (row,) = env.rows("Incarnations")
     assert row["DocumentParts"] > 1
@@ -276,12 +346,18 @@ def test_from_settings_identity_based_and_clear_errors() -> None:
 
     from central.settings import SettingsError
 
-    svc = CentralService.from_settings({
-        "ApprovalStorage__tableServiceUri": "https://acct.table.core.windows.net",
-        "ApprovalStorage__queueServiceUri": "https://acct.queue.core.windows.net",
-        "ApprovalStorage__credential": "managedidentity", "ApprovalStorage__clientId": "1234"})
+    svc = CentralService.from_settings(
+        {
+            "ApprovalStorage__tableServiceUri": "https://acct.table.core.windows.net",
+            "ApprovalStorage__queueServiceUri": "https://acct.queue.core.windows.net",
+            "ApprovalStorage__credential": "managedidentity",
+            "ApprovalStorage__clientId": "1234",
+        }
+    )
     assert isinstance(svc.store.service.credential, ManagedIdentityCredential)
     with pytest.raises(SettingsError, match="ApprovalStorage__tableServiceUri"):
         CentralService.from_settings({})
     with pytest.raises(ValueError, match="ALERT_WEBHOOK_FORMAT"):
-        CentralService.from_settings({"ApprovalStorage": "UseDevelopmentStorage=true", "ALERT_WEBHOOK_FORMAT": "pager"})
+        CentralService.from_settings(
+            {"ApprovalStorage": "UseDevelopmentStorage=true", "ALERT_WEBHOOK_FORMAT": "pager"}
+        )

@@ -31,12 +31,17 @@ def test_every_setting_central_reads_is_in_the_one_list() -> None:
 def test_queue_names_follow_storage_rules(vm_id: str) -> None:
     name = approvals.queue_name(vm_id)
     assert re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", name), name
-    assert approvals.queue_name(vm_id) == name                         # deterministic
-    assert approvals.queue_name("2f0c8a1e-1234-4abc-9def-0123456789ab") == "vm-2f0c8a1e-1234-4abc-9def-0123456789ab"
+    assert approvals.queue_name(vm_id) == name  # deterministic
+    assert (
+        approvals.queue_name("2f0c8a1e-1234-4abc-9def-0123456789ab")
+        == "vm-2f0c8a1e-1234-4abc-9def-0123456789ab"
+    )
 
 
 def test_approval_message_never_outlives_notbefore_and_validates() -> None:
-    msg = approvals.build_message("E1", "vm-id", "vm0", "approve", "policy:x", "why", 3, T0, T0 + timedelta(minutes=1))
+    msg = approvals.build_message(
+        "E1", "vm-id", "vm0", "approve", "policy:x", "why", 3, T0, T0 + timedelta(minutes=1)
+    )
     assert msg["expiresAt"] > msg["issuedAt"]
     with pytest.raises(approvals.ApprovalInvalid):
         approvals.build_message("E1", "vm-id", "vm0", "reboot", "policy:x", "why", 3, T0, T0)
@@ -46,8 +51,9 @@ def test_json_columns_split_and_truncate() -> None:
     entity: dict = {}
     value = {"x": "é" * 50_000}
     store.put_json(entity, "Doc", value)
-    assert entity["DocParts"] > 1 and all(len(v) <= store.PART_CHARS for k, v in entity.items() if k.startswith("Doc")
-                                          and isinstance(v, str))
+    assert entity["DocParts"] > 1 and all(
+        len(v) <= store.PART_CHARS for k, v in entity.items() if k.startswith("Doc") and isinstance(v, str)
+    )
     assert store.get_json(entity, "Doc") == value
     huge: dict = {}
     store.put_json(huge, "Doc", "z" * 2_000_000)
@@ -57,8 +63,17 @@ def test_json_columns_split_and_truncate() -> None:
 
 
 def test_alert_payloads() -> None:
-    alert = Alert("E1:Scheduled", "event-status", "critical", "Reboot Scheduled: vm0", "text", T0, "E1",
-                  "Scheduled", {"eventId": "E1", "n": 2})
+    alert = Alert(
+        "E1:Scheduled",
+        "event-status",
+        "critical",
+        "Reboot Scheduled: vm0",
+        "text",
+        T0,
+        "E1",
+        "Scheduled",
+        {"eventId": "E1", "n": 2},
+    )
     generic = payload(alert, "generic")
     assert generic["eventId"] == "E1" and generic["severity"] == "critical"
     teams = payload(alert, "teams")

@@ -1,0 +1,62 @@
+"""The log store on Azurite: one transaction per partition chunk, one HTTP request each, nothing lost."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from azure.data.tables import TableServiceClient
+
+from central.settings import CountingTransport
+from central.store import StoreError, TableLog
+from sandbox import processes
+
+
+def log_for(azurite: processes.Server) -> TableLog:
+    transport = CountingTransport()
+    service = TableServiceClient.from_connection_string(
+        azurite.extra["connection_string"], transport=transport
+    )
+    log = TableLog(service, "s" + uuid.uuid4().hex[:10])
+    log.ensure_tables()
+    return log
+
+
+def test_one_request_per_partition_chunk_and_merged_duplicates(azurite: processes.Server) -> None:
+    log = log_for(azurite)
+    transport = log.service._client._client._pipeline._transport  # the CountingTransport
+    assert isinstance(transport, CountingTransport)
+    before = transport.requests
+    for i in range(150):
+        log.stage(
+            "Incarnations", {"PartitionKey": "2026-11-21", "RowKey": f"r{i:03d}", "N": i, "Name": "o'brien"}
+        )
+    log.stage("Incarnations", {"PartitionKey": "2026-11-21", "RowKey": "r000", "Extra": True})  # merges
+    log.stage("Vms", {"PartitionKey": "vm", "RowKey": "a", "Seen": 1})
+    assert log.flush() == 3  # 100 + 50 rows, and one Vms row
+    assert transport.requests - before == 3
+    rows = list(log.service.get_table_client(log.name("Incarnations")).list_entities())
+    assert len(rows) == 150
+    first = next(r for r in rows if r["RowKey"] == "r000")
+    assert first["Extra"] is True and first["N"] == 0 and first["Name"] == "o'brien"
+
+
+def test_a_refused_write_keeps_the_rows_and_says_why(azurite: processes.Server) -> None:
+    log = log_for(azurite)
+    log.stage("Events", {"PartitionKey": "2026-11", "RowKey": "ok", "A": 1})
+    log.stage(
+        "Events", {"PartitionKey": "2026-11", "RowKey": "bad", "Huge": "x" * 70_000}
+    )  # > 64 KiB property
+    with pytest.raises(StoreError, match="rows kept"):
+        log.flush()
+    assert log.staged_count == 2
+    log.stage("Events", {"PartitionKey": "2026-11", "RowKey": "bad", "Huge": "fixed"})
+    assert log.flush() == 1 and log.staged_count == 0
+    assert len(list(log.service.get_table_client(log.name("Events")).list_entities())) == 2
+
+
+def test_claims_are_exactly_once(azurite: processes.Server) -> None:
+    log = log_for(azurite)
+    assert log.claim("E1:approval:1", "c00") is True
+    assert log.claim("E1:approval:1", "c00") is False
+    assert log.claim("E1:approval:2", "c00") is True
