@@ -39,3 +39,29 @@ fault: bootstrap
 
 clean:
 	rm -rf $(VENV) node_modules .demo .state build dist wheelhouse *.egg-info
+
+# ---- infra (issue 6) ----
+# checkov runs in its own venv: it pins its own dependency versions (pycep-parser, ...).
+CHECKOV_VENV    := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+CHECKOV_STAMP   := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
+
+.PHONY: checkov-venv infra-check
+
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
+checkov-venv: $(CHECKOV_STAMP)
+
+# `make test` builds the checkov venv first, so tests/infra runs checkov (under make a missing venv fails).
+test: $(CHECKOV_STAMP)
+test-quick: $(CHECKOV_STAMP)
+
+infra-check: $(STAMP) $(CHECKOV_STAMP)
+	$(PY) -m pytest tests/infra -q -p no:cacheprovider
+
+# Offline install bundles of the forwarder for the VMs (docs/deploy.md); needs PyPI here, not on the VMs.
+wheelhouse: $(STAMP)
+	$(PY) -m tools.wheelhouse --out wheelhouse

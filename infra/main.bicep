@@ -102,6 +102,27 @@ param tablePrefix string = 'scheduledevents'
 @description('NCRONTAB schedule of the timer that re-evaluates held events.')
 param reevaluateSchedule string = '0 */1 * * * *'
 
+@minValue(10)
+@description('Seconds the elected leader VM has to report an approval result before central fails over to another.')
+param approvalResultTimeoutSeconds int = 120
+
+@minValue(30)
+@description('A forwarder counts as live (can be elected leader) if central heard from it within this many seconds.')
+param leaderLivenessSeconds int = 300
+
+@minValue(1)
+@maxValue(10)
+@description('Webhook attempts per alert.')
+param alertMaxAttempts int = 3
+
+@description('Backoff base between webhook attempts, seconds (decimal as text), doubled each retry.')
+param alertBackoffSeconds string = '0.5'
+
+@minValue(1)
+@maxValue(60)
+@description('Per-request webhook timeout, seconds.')
+param alertTimeoutSeconds int = 5
+
 @minValue(1)
 @maxValue(1000)
 @description('Most Flex Consumption instances.')
@@ -275,6 +296,11 @@ module functionApp 'app/function.bicep' = {
     alertWebhookFormat: alertWebhookFormat
     tablePrefix: tablePrefix
     reevaluateSchedule: reevaluateSchedule
+    approvalResultTimeoutSeconds: approvalResultTimeoutSeconds
+    leaderLivenessSeconds: leaderLivenessSeconds
+    alertMaxAttempts: alertMaxAttempts
+    alertBackoffSeconds: alertBackoffSeconds
+    alertTimeoutSeconds: alertTimeoutSeconds
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
   }

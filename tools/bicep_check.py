@@ -214,10 +214,12 @@ def _bound_by(node: ts.Node) -> Set[str]:
     names: Set[str] = set()
     if node.type == "for_statement":
         for child in node.children:
-            if child.type == "identifier" and child.prev_sibling is not None and child.prev_sibling.type == "for":
+            previous = child.prev_sibling
+            if child.type == "identifier" and previous is not None and previous.type == "for":
                 names.add(_text(child))
             if child.type == "for_loop_parameters":
-                names.update(_text(c) for c in child.children if c.type in ("loop_variable", "loop_enumerator"))
+                names.update(_text(c) for c in child.children
+                             if c.type in ("loop_variable", "loop_enumerator"))
     elif node.type == "lambda_expression":
         first = node.children[0] if node.children else None
         if first is not None and first.type == "identifier":
@@ -274,7 +276,8 @@ def undeclared(path: Path, tree: Optional[ts.Tree] = None) -> List[Finding]:
         if node.type == "identifier" and not _is_declaration_name(node):
             name = _text(node)
             following = node.next_sibling
-            if following is not None and following.start_byte == node.end_byte and _text(following)[:1] == "(":
+            adjacent = following is not None and following.start_byte == node.end_byte
+            if adjacent and following is not None and _text(following)[:1] == "(":
                 # Inside a multi-line array the grammar splits `f().x` into `f` and `().x`: a call.
                 if name not in STDLIB_FUNCTIONS and name not in declared:
                     found.append(Finding(str(path), _line(node), f"unknown function {name!r}"))
@@ -369,3 +372,62 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ---- app settings: the Bicep, central/app_settings.json and function_app.py's bindings agree ----
+
+def object_var_keys(path: Path, var_name: str) -> Set[str]:
+    """The keys of `var <var_name> = { ... }` in a Bicep file."""
+    tree = parse(path)
+    for node in tree.root_node.children:
+        if node.type == "variable_declaration" and _name_of(node) == var_name:
+            value = node.children[-1]
+            if value.type != "object":
+                raise ValueError(f"{path}: var {var_name} is not an object literal")
+            return set(object_properties(value))
+    raise ValueError(f"{path}: no var {var_name}")
+
+
+def load_json_targets(path: Path) -> List[Path]:
+    """Files a Bicep file reads with loadJsonContent('...'), resolved."""
+    tree = parse(path)
+    targets = []
+    for node in _walk(tree.root_node):
+        if node.type == "call_expression":
+            function = node.child_by_field_name("function")
+            if function is not None and _text(function) == "loadJsonContent":
+                arguments = node.child_by_field_name("arguments")
+                strings = [c for c in arguments.children if c.type == "string"] if arguments else []
+                first = strings[0] if strings else None
+                if first is not None and _string_value(first):
+                    targets.append((path.parent / (_string_value(first) or "")).resolve())
+    return targets
+
+
+def binding_setting_refs(bindings: List[Dict[str, object]]) -> Dict[str, Set[str]]:
+    """App setting names binding metadata reads: `%NAME%` values and `connection` prefixes."""
+    names: Set[str] = set()
+    prefixes: Set[str] = set()
+    for binding in bindings:
+        for key, value in binding.items():
+            if not isinstance(value, str):
+                continue
+            names.update(re.findall(r"%([^%]+)%", value))
+            if key == "connection" and value:
+                prefixes.add(value)
+    return {"names": names, "connection_prefixes": prefixes}
+
+
+def app_settings_findings(bicep_names: Set[str], listed: Set[str], refs: Dict[str, Set[str]]) -> List[str]:
+    """Every way the three can disagree, one message each (empty: they agree)."""
+    problems = [f"central/app_settings.json lists {n!r} but the Bicep sets no value for it"
+                for n in sorted(listed - bicep_names)]
+    problems += [f"the Bicep sets {n!r}, which central/app_settings.json does not list"
+                 for n in sorted(bicep_names - listed)]
+    problems += [f"a binding reads %{n}% but central/app_settings.json does not list it"
+                 for n in sorted(refs.get("names", set()) - listed)]
+    for prefix in sorted(refs.get("connection_prefixes", set())):
+        if prefix not in listed and not any(n.startswith(prefix + "__") for n in listed):
+            problems.append(f"a binding uses connection {prefix!r} but no {prefix} or {prefix}__* "
+                            "setting is listed")
+    return problems

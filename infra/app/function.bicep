@@ -60,6 +60,27 @@ param tablePrefix string
 @description('NCRONTAB schedule of the re-evaluation timer.')
 param reevaluateSchedule string
 
+@description('Seconds the elected leader VM has to report an approval result before central fails over.')
+@minValue(10)
+param approvalResultTimeoutSeconds int
+
+@description('A forwarder counts as live if central heard from it within this many seconds.')
+@minValue(30)
+param leaderLivenessSeconds int
+
+@description('Webhook attempts per alert.')
+@minValue(1)
+@maxValue(10)
+param alertMaxAttempts int
+
+@description('Backoff base between webhook attempts in seconds (a decimal, as text: Bicep has no floats).')
+param alertBackoffSeconds string
+
+@description('Per-request webhook timeout in seconds.')
+@minValue(1)
+@maxValue(60)
+param alertTimeoutSeconds int
+
 @description('Most instances the app scales out to.')
 @minValue(1)
 @maxValue(1000)
@@ -94,6 +115,11 @@ var appSettingValues = {
   ALERT_WEBHOOK_FORMAT: alertWebhookFormat
   TABLE_PREFIX: tablePrefix
   REEVALUATE_SCHEDULE: reevaluateSchedule
+  APPROVAL_RESULT_TIMEOUT_SECONDS: string(approvalResultTimeoutSeconds)
+  LEADER_LIVENESS_SECONDS: string(leaderLivenessSeconds)
+  ALERT_MAX_ATTEMPTS: string(alertMaxAttempts)
+  ALERT_BACKOFF_SECONDS: alertBackoffSeconds
+  ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
 }
 
 // Same key set <=> the union adds no key and both have the same count.

@@ -1,0 +1,120 @@
+"""Build the forwarder's offline install bundles (`make wheelhouse`): VMs install with no PyPI access.
+
+Output in wheelhouse/:
+- se-forwarder-linux.tar.gz: wheels/ (the forwarder + infra/forwarder/requirements-vm.txt's exact pins,
+  binary wheels for manylinux x86_64 and every CPython in --python), requirements-vm.txt,
+  se-forwarder.service, install-forwarder.sh
+- se-forwarder-windows.zip: the same wheels for win_amd64, requirements-vm.txt, run-forwarder.ps1,
+  install-forwarder.ps1
+- install-forwarder.sh and install-forwarder.ps1 next to them (the CustomScript extension downloads
+  the script and the bundle separately), and SHA256SUMS.
+Upload them all to the artifacts container (docs/deploy.md). This machine needs PyPI; the VMs do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+FORWARDER_DIR = REPO / "infra" / "forwarder"
+LOCK = FORWARDER_DIR / "requirements-vm.txt"
+DEFAULT_PYTHONS = ("3.9.2", "3.10", "3.11", "3.12", "3.13")
+PLATFORMS: Dict[str, Sequence[str]] = {
+    "linux": ("manylinux_2_28_x86_64", "manylinux2014_x86_64"),
+    "windows": ("win_amd64",),
+}
+BUNDLE_FILES = {
+    "linux": ("se-forwarder.service", "install-forwarder.sh"),
+    "windows": ("run-forwarder.ps1", "install-forwarder.ps1"),
+}
+
+
+def _pip(args: List[str]) -> None:
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True, timeout=900)
+
+
+def build_forwarder_wheel(dest: Path) -> Path:
+    """The forwarder itself (pure Python, one wheel for every platform)."""
+    _pip(["wheel", "--quiet", "--no-deps", "-w", str(dest), str(REPO)])
+    wheels = sorted(dest.glob("scheduled_events_forwarder-*.whl"))
+    if not wheels:
+        raise SystemExit("wheelhouse: building the forwarder wheel produced nothing")
+    return wheels[-1]
+
+
+def download_dependencies(dest: Path, platforms: Sequence[str], pythons: Sequence[str]) -> None:
+    """Exactly the lock's pins (--no-deps: nothing unpinned sneaks in), binary only, per CPython."""
+    for python in pythons:
+        platform_args = [arg for name in platforms for arg in ("--platform", name)]
+        _pip(["download", "--quiet", "--no-deps", "--only-binary=:all:", "--implementation", "cp",
+              "--python-version", python, *platform_args, "-r", str(LOCK), "-d", str(dest)])
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(out: Path, targets: Sequence[str], pythons: Sequence[str]) -> List[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    produced: List[Path] = []
+    with tempfile.TemporaryDirectory(prefix="se-wheelhouse-") as tmp:
+        forwarder_wheel = build_forwarder_wheel(Path(tmp) / "forwarder")
+        for target in targets:
+            stage = Path(tmp) / target
+            wheels = stage / "wheels"
+            wheels.mkdir(parents=True)
+            shutil.copy2(forwarder_wheel, wheels)
+            download_dependencies(wheels, PLATFORMS[target], pythons)
+            shutil.copy2(LOCK, stage / LOCK.name)
+            for name in BUNDLE_FILES[target]:
+                shutil.copy2(FORWARDER_DIR / name, stage / name)
+                shutil.copy2(FORWARDER_DIR / name, out / name)
+                produced.append(out / name)
+            if target == "linux":
+                bundle = out / "se-forwarder-linux.tar.gz"
+                with tarfile.open(bundle, "w:gz") as tar:
+                    for item in sorted(stage.iterdir()):
+                        tar.add(item, arcname=item.name)
+            else:
+                bundle = out / "se-forwarder-windows.zip"
+                with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
+                    for item in sorted(stage.rglob("*")):
+                        if item.is_file():
+                            archive.write(item, item.relative_to(stage).as_posix())
+            produced.append(bundle)
+            count = len(list(wheels.glob("*.whl")))
+            size_kib = bundle.stat().st_size // 1024
+            print(f"wheelhouse: {bundle.name}: {count} wheels, {size_kib} KiB", flush=True)
+    sums = out / "SHA256SUMS"
+    sums.write_text("".join(f"{_sha256(p)}  {p.name}\n" for p in sorted(set(produced))))
+    produced.append(sums)
+    return produced
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(REPO / "wheelhouse"), help="output directory")
+    parser.add_argument("--target", choices=("linux", "windows", "all"), default="all")
+    parser.add_argument("--python", nargs="+", default=list(DEFAULT_PYTHONS),
+                        help="CPython versions the VMs run (3.9.2, not 3.9: some wheels exclude 3.9.0/1)")
+    args = parser.parse_args(list(argv) or None)
+    targets = ("linux", "windows") if args.target == "all" else (args.target,)
+    for path in build(Path(args.out), targets, args.python):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
