@@ -205,5 +205,6 @@ def markdown_table() -> str:
     lines = ["| flag | env | config key | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         default = "" if s.default == "" else f"`{s.default}`"
-        lines.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {default} | {s.help} |")
+        meaning = s.help.replace("|", "\\|")  # a literal pipe would split the Markdown cell
+        lines.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {default} | {meaning} |")
     return "\n".join(lines)
