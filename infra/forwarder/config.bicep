@@ -27,7 +27,7 @@ param extraSettings object
 var stateDir = osType == 'Linux' ? '/var/lib/se-forwarder' : 'C:\\ProgramData\\se-forwarder\\state'
 var hookDir = osType == 'Linux' ? '/etc/se-forwarder/hooks' : 'C:\\ProgramData\\se-forwarder\\hooks'
 
-var settings = union({
+var baseSettings = {
   sink: 'eventhub'
   eventhub_namespace: eventHubNamespace
   eventhub_name: eventHubName
@@ -35,7 +35,9 @@ var settings = union({
   queue_service_uri: queueServiceUri
   state_dir: stateDir
   hook_dir: hookDir
-}, extraSettings)
+}
+
+var settings = union(baseSettings, extraSettings)
 
 output settings object = settings
 output settingsBase64 string = base64(string(settings))
