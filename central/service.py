@@ -388,6 +388,10 @@ class CentralService:
             moved = rec.absorb(event, vm.vm_id, vm.name, self._now)
             self._dirty_events.add(event_id)
             if moved:
+                if rec.status == "Started" and rec.outstanding is not None:
+                    # it started (approved by the leader, another VM, or NotBefore): nothing is outstanding
+                    rec.outstanding.result = "event-started"
+                    rec.outstanding.result_at = self._now
                 self._status_alert(rec)
         for event_id in vm.listed:
             if event_id in listed or event_id not in self.events:
@@ -484,7 +488,7 @@ class CentralService:
         if attempt is None and d.get("messageId") is None:
             attempt = rec.outstanding
         if attempt is not None:
-            if attempt.result not in (None, "timeout"):
+            if attempt.result not in (None, "timeout", "event-started"):
                 return  # already recorded
             attempt.result = d["outcome"]
             attempt.result_at = self._now
