@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any, Dict, List
 
+from bench import Figure, record
 from central.service import CentralService
 from sandbox import processes
 
@@ -156,7 +157,7 @@ def run(
     return figures
 
 
-def main(argv: List[str] = sys.argv[1:]) -> int:
+def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -187,10 +188,38 @@ def main(argv: List[str] = sys.argv[1:]) -> int:
             f"<= 2 round trips per steady batch: {'met' if goal_trips else 'NOT met'}"
         )
         print(json.dumps(figures))
+        s, e = figures["steady"], figures["events"]
+        record(
+            [
+                Figure(
+                    "central_throughput",
+                    "steady envelopes/s",
+                    s["envelopes_per_s"],
+                    "1/s",
+                    ">= 1000",
+                    goal_rate,
+                ),
+                Figure(
+                    "central_throughput",
+                    "steady round trips per 100",
+                    s["round_trips_per_100"],
+                    "requests",
+                    "<= 2",
+                    goal_trips,
+                ),
+                Figure("central_throughput", "with new events envelopes/s", e["envelopes_per_s"], "1/s"),
+                Figure(
+                    "central_throughput",
+                    "with new events round trips per 100",
+                    e["round_trips_per_100"],
+                    "requests",
+                ),
+            ]
+        )
     finally:
         azurite.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
