@@ -116,3 +116,11 @@ def test_bicepparam_unknown_and_missing_params(tmp_path: Path) -> None:
     })
     assert "param 'optinal' is not declared in ./main.bicep" in found
     assert "required param 'needed' of ./main.bicep not set" in found
+
+
+def test_every_main_parameter_is_in_the_deploy_doc() -> None:
+    from tools.bicep_check import declared_params, parse
+
+    doc = (REPO / "docs" / "deploy.md").read_text()
+    missing = [name for name in declared_params(parse(INFRA / "main.bicep")) if f"| `{name}` |" not in doc]
+    assert missing == [], f"parameters missing from docs/deploy.md's table: {missing}"
