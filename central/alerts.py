@@ -2,8 +2,9 @@
 
 Delivery is bounded: `max_attempts` tries with exponential backoff (base, 2x base, 4x base...),
 each with a short timeout. Sending never raises: the outcome (sent / failed, attempts, last error)
-is returned so the caller records it. After a failure, later alerts of the same batch get one try
-only (the endpoint is down; do not stall the batch N times over).
+is returned so the caller records it. After a failure, later alerts of the same call are not tried
+at all (the endpoint is down; do not stall the batch alert after alert): the service keeps them and
+its timer retries them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Alert:
     event_id: Optional[str] = None
     status: Optional[str] = None
     facts: Dict[str, Any] = field(default_factory=dict)
+    rounds: int = 0  # delivery rounds so far (the first call, then timer retries)
 
 
 @dataclass
@@ -103,7 +105,12 @@ class WebhookAlerter:
         if not self.url:
             log.warning("alert (no webhook configured): %s: %s", alert.title, alert.text)
             return Delivery(False, 0, "no webhook configured (ALERT_WEBHOOK_URL empty)")
-        attempts = 1 if self._degraded else max(1, self.max_attempts)
+        if self._degraded:
+            # the endpoint already failed in this call: do not stall the batch alert after alert
+            return Delivery(
+                False, 0, "not tried: the webhook failed earlier in this call (the timer retries)"
+            )
+        attempts = max(1, self.max_attempts)
         body = payload(alert, self.fmt)
         error = ""
         status: Optional[int] = None

@@ -278,6 +278,7 @@ def alert_entity(alert: Alert, delivery: Delivery, fmt: str) -> Dict[str, Any]:
         "At": alert.at,
         "Sent": delivery.sent,
         "Attempts": delivery.attempts,
+        "Rounds": alert.rounds,
         "Error": delivery.error[:1000],
         "HttpStatus": delivery.http_status,
         "Format": fmt,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Union
 
 from azure.core.exceptions import AzureError
 
@@ -34,6 +34,8 @@ from .vms import VmState
 log = logging.getLogger(__name__)
 
 SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops
+UNSENT_LIMIT = 1_000  # failed alerts kept for the timer to retry
+ALERT_ROUNDS = 5  # delivery rounds per alert (the first call + timer retries)
 ENDED_KEEP = timedelta(hours=24)  # ended events stay in memory so a late report cannot revive them
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
@@ -118,6 +120,7 @@ class CentralService:
         self.events: Dict[str, EventRecord] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._alerted: Set[str] = set()
+        self._unsent: Deque[Alert] = deque(maxlen=UNSENT_LIMIT)
         self._lock = threading.RLock()
         self._loaded = False
         self.counters: Dict[str, int] = {
@@ -214,6 +217,8 @@ class CentralService:
         """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing."""
         with self._lock:
             self._begin(now)
+            while self._unsent:  # alerts whose webhook failed earlier: another round
+                self._alerts.append(self._unsent.popleft())
             for rec in sorted(self.events.values(), key=lambda r: r.first_seen):
                 if not rec.ended:
                     self._evaluate(rec)
@@ -817,7 +822,7 @@ class CentralService:
         self._alerts.append(alert)
 
     def _deliver(self, alert: Alert) -> None:
-        if alert.kind == "event-status" and alert.event_id in self.events:
+        if alert.kind == "event-status" and alert.rounds == 0 and alert.event_id in self.events:
             rec = self.events[alert.event_id]
             alert.severity = (
                 "info"
@@ -834,14 +839,18 @@ class CentralService:
             )
             alert.facts = self._facts(rec)
         self._alerted.add(alert.key)
-        try:
-            if not self.store.claim(
-                alert.key, rows.claim_partition(alert.key), Kind=alert.kind, At=self._now
-            ):
-                return  # another instance sent it
-        except StoreError as exc:
-            log.warning("alert claim failed, sending anyway: %s", exc)
+        if alert.rounds == 0:  # a retry was claimed by this instance in its first round
+            try:
+                if not self.store.claim(
+                    alert.key, rows.claim_partition(alert.key), Kind=alert.kind, At=self._now
+                ):
+                    return  # another instance sent it
+            except StoreError as exc:
+                log.warning("alert claim failed, sending anyway: %s", exc)
+        alert.rounds += 1
         delivery: Delivery = self.alerter.send(alert)
+        if not delivery.sent and self.settings.webhook_url and alert.rounds < ALERT_ROUNDS:
+            self._unsent.append(alert)
         if delivery.sent:
             self._result.alerts_sent += 1
             self.counters["alertsSent"] += 1

@@ -253,19 +253,40 @@ def test_bad_envelopes_are_quarantined_and_the_rest_is_processed(env: Env, hook:
 def test_webhook_down_is_retried_recorded_and_never_blocks(env: Env, hook: Hook) -> None:
     hook.fail_next(3)
     svc = env.service(ALERT_MAX_ATTEMPTS="3")
-    a = Vm("vm-a")
+    a, b = Vm("vm-a"), Vm("vm-b")
     result = svc.handle_batch(
-        [body(a.heartbeat()), body(a.incarnation_env([event("E-wh", ["vm-a"])]))], now=T0
+        [
+            body(a.heartbeat()),
+            body(b.heartbeat()),
+            body(a.incarnation_env([event("E-wh", ["vm-a"])])),
+            body(b.incarnation_env([event("E-wh2", ["vm-b"])])),
+        ],
+        now=T0,
     )
-    assert hook.attempts() == 3 and result.alerts_failed == 1
-    assert result.approvals_sent == 1 and len(env.messages(a.vm_id)) == 1
-    (alert_row,) = env.rows("Alerts")
-    assert alert_row["Sent"] is False and alert_row["Attempts"] == 3 and "500" in alert_row["Error"]
-    # an unreachable endpoint: connection refused, bounded, processing still goes on
+    # the first alert: 3 attempts, all refused; the second: not tried (endpoint down), no stall
+    assert hook.attempts() == 3 and result.alerts_failed == 2 and hook.alerts() == []
+    assert result.approvals_sent == 2 and len(env.messages(a.vm_id)) == 1 and len(env.messages(b.vm_id)) == 1
+    rows = {r["EventId"]: r for r in env.rows("Alerts")}
+    assert rows["E-wh"]["Sent"] is False and rows["E-wh"]["Attempts"] == 3 and "500" in rows["E-wh"]["Error"]
+    assert rows["E-wh2"]["Sent"] is False and rows["E-wh2"]["Attempts"] == 0
+    # the endpoint is back: the timer delivers both, once each
+    svc.reevaluate(now=T0 + timedelta(seconds=30))
+    assert sorted(x["eventId"] for x in hook.alerts()) == ["E-wh", "E-wh2"]
+    assert all(r["Sent"] is True and r["Rounds"] == 2 for r in env.rows("Alerts"))
+    svc.reevaluate(now=T0 + timedelta(seconds=60))
+    assert len(hook.alerts()) == 2
+
+
+def test_webhook_unreachable_is_bounded(env: Env, hook: Hook) -> None:
     dead = env.service(ALERT_WEBHOOK_URL="http://127.0.0.1:9/", ALERT_MAX_ATTEMPTS="2")
     b = Vm("vm-b")
-    r2 = dead.handle_batch([body(b.heartbeat()), body(b.incarnation_env([event("E-wh2", ["vm-b"])]))], now=T0)
+    r2 = dead.handle_batch([body(b.heartbeat()), body(b.incarnation_env([event("E-wh3", ["vm-b"])]))], now=T0)
     assert r2.alerts_failed == 1 and r2.approvals_sent == 1
+    (row,) = env.rows("Alerts")
+    assert row["Attempts"] == 2 and "Connection" in row["Error"]
+    for i in range(1, 8):  # bounded: at most ALERT_ROUNDS delivery rounds in all
+        dead.reevaluate(now=T0 + timedelta(seconds=i))
+    assert env.rows("Alerts")[0]["Rounds"] == 5
 
 
 def test_outbox_drops_alert_once_per_increase(env: Env, hook: Hook) -> None:
