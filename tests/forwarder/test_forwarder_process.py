@@ -75,7 +75,8 @@ def test_sigkill_then_restart_loses_nothing_and_republishes_nothing_acked(
     fw3 = Forwarder(url, state, blocker / "published.jsonl").start()
     second = schedule(imds_server, noticeSeconds=900)
     wait_until(lambda: backlog(state) >= 1, what="a pending envelope while the sink fails")
-    assert any("send failed" in str(line.get("msg")) for line in fw3.logs())
+    wait_until(lambda: any("send failed" in str(line.get("msg")) for line in fw3.logs()),
+               what="the failed send logged")
     fw3.kill()
     fw4 = Forwarder(url, state, sink).start()
     try:
