@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional
 import requests
 
 from .backoff import Backoff
+from .clock import iso
 from .ratelimit import RateLimiter, RateLimitTimeout
 
 DEFAULT_BASE_URL = "http://169.254.169.254"
@@ -89,7 +90,8 @@ class ImdsHealth:
 
     def as_dict(self) -> Dict[str, Any]:
         return {"requests": self.requests, "failures": self.failures, "retries": self.retries,
-                "lastStatus": self.last_status, "lastOkAt": self.last_ok_at, "lastError": self.last_error}
+                "lastStatus": self.last_status,
+                "lastOkAt": iso(self.last_ok_at) if self.last_ok_at else None, "lastError": self.last_error}
 
 
 def _no_proxy_session() -> requests.Session:

@@ -7,7 +7,8 @@ together). A sink drains with `peek()` then `ack()` only after the send succeede
 row is deleted in its own committed transaction, so it is never sent again.
 
 Bounded: at most `max_rows` pending rows. When full, a put never fails and nothing goes silently:
-the oldest heartbeats are dropped first (a newer heartbeat says the same thing), then the oldest
+the oldest heartbeats are dropped first (a newer heartbeat says the same thing; a new heartbeat
+into an outbox full of incarnations is itself the one dropped), then the oldest
 other envelopes (incarnations, quarantined documents, approval results; the newest are kept, since
 each incarnation carries the whole document); every drop is counted in `dropped()`, persistently,
 and reported in heartbeats.
@@ -116,13 +117,15 @@ class Outbox:
         if excess <= 0:
             return
         dropped = 0
-        # Oldest heartbeats first, then the oldest of everything else; never the row just written.
-        for clause in ("type = ?", "type != ?"):
+        # Oldest heartbeats first (the new row too, if it is a heartbeat: a heartbeat never displaces
+        # an incarnation), then the oldest of everything else, never the row just written.
+        passes = (("SELECT seq FROM outbox WHERE type = ? ORDER BY seq LIMIT ?", (HEARTBEAT_TYPE,)),
+                  ("SELECT seq FROM outbox WHERE type != ? AND seq != ? ORDER BY seq LIMIT ?",
+                   (HEARTBEAT_TYPE, keep)))
+        for query, params in passes:
             if excess <= 0:
                 break
-            rows = self._db.execute(
-                f"SELECT seq FROM outbox WHERE {clause} AND seq != ? ORDER BY seq LIMIT ?",  # noqa: S608
-                (HEARTBEAT_TYPE, keep, excess)).fetchall()
+            rows = self._db.execute(query, (*params, excess)).fetchall()
             if rows:
                 self._db.executemany("DELETE FROM outbox WHERE seq = ?", rows)
                 dropped += len(rows)

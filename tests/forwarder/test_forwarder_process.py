@@ -138,7 +138,12 @@ def run_check(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config.write_text("{}")
     return subprocess.run([sys.executable, "-m", "forwarder", "check", "--config", str(config),
                            *args], capture_output=True, text=True, timeout=60, cwd=processes.REPO,
-                          env={"PATH": "/usr/bin:/bin"})
+                          env={"PATH": "/usr/bin:/bin", **DEAD_PROXY})
+
+
+# If the CLI ever honoured these, every IMDS call would fail and `check` would exit 3, not 0.
+DEAD_PROXY = {name: f"http://127.0.0.1:{processes.free_port()}"
+              for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")}
 
 
 def test_check_exit_codes(imds_server: processes.Server, tmp_path: Path) -> None:

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 import schemas
+from forwarder import cli, envelope
 from forwarder import config as cfg
-from forwarder import envelope
 from forwarder.backoff import Backoff
 from forwarder.diff import diff
+from forwarder.heartbeat import Heartbeat
 from forwarder.identity import IdentityError, from_compute
-from forwarder.poller import parse, scheduled_for
+from forwarder.imds import ImdsClient
+from forwarder.outbox import Outbox
+from forwarder.poller import Poller, parse, scheduled_for
 from forwarder.ratelimit import RateLimiter, RateLimitTimeout
 
 COMPUTE = {
@@ -207,3 +210,37 @@ def test_settings_names_follow_the_contract() -> None:
                                                    "SE_FORWARDER_EVENTHUB_CONNECTION_STRING")
     c = cfg.load({"eventhub_connection_string": "Endpoint=sb://x;SharedAccessKey=k"}, {})
     assert c.as_dict()["eventhub_connection_string"] == "***"  # a secret is never logged
+
+
+# ---- heartbeat ------------------------------------------------------------------------------
+
+def test_heartbeat_reports_drops_backlog_and_scheduled_events(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path, max_rows=2)
+    vm = from_compute(COMPUTE)
+    for n in (1, 2, 3):  # one more than fits: the oldest is dropped and counted
+        d = doc(n, event("A"))
+        outbox.put(envelope.incarnation(vm, n, None, False, "2020-07-01", d, diff(None, d),
+                                        "2026-01-01T00:00:00.000Z"))
+    client = ImdsClient("http://127.0.0.1:9")  # never called: the identity is already known
+    poller = Poller(client, outbox)
+    poller.identity, poller.last_incarnation = vm, 3
+    poller.current_document = doc(3, event("A"), event("B", status="Started"))
+    hb = Heartbeat(poller, outbox, client, interval=60)
+    beat = hb.build()
+    assert beat is not None and beat["type"] == envelope.HEARTBEAT
+    assert beat["data"]["outbox"]["dropped"] == 1 and beat["data"]["outbox"]["backlog"] == 2
+    assert beat["data"]["scheduledEventIds"] == ["A"] and beat["data"]["lastIncarnation"] == 3
+    assert schemas.errors("envelope.schema.json", beat) == []
+    assert hb.tick() is True and hb.tick() is False  # one per interval
+    # The outbox is full of incarnations: the new heartbeat is the one dropped, never an incarnation.
+    assert [i.type for i in outbox.peek(10)] == [envelope.INCARNATION] * 2
+    assert outbox.dropped() == 2
+    outbox.close()
+
+
+def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["run", "--help"], ["check", "--help"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 0
+        assert "--imds-url" in capsys.readouterr().out or argv == ["--help"]
