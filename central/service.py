@@ -210,7 +210,7 @@ class CentralService:
                         )
                     )
             for event_id in sorted(self._dirty_events):
-                self._evaluate(self.events[event_id])
+                self._evaluate_safely(self.events[event_id])
             return self._finish()
 
     def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
@@ -221,7 +221,7 @@ class CentralService:
                 self._alerts.append(self._unsent.popleft())
             for rec in sorted(self.events.values(), key=lambda r: r.first_seen):
                 if not rec.ended:
-                    self._evaluate(rec)
+                    self._evaluate_safely(rec)
             self._forget_old()
             return self._finish().decisions
 
@@ -263,7 +263,11 @@ class CentralService:
                 rec.operator_hold = False
                 if rec.outstanding is None:
                     if not self._send_approval(rec, "approve", by, why, "operator-approve", "warning"):
-                        raise InvalidRequest(f"cannot approve {event_id}: {rec.decision.get('reason', '')}")
+                        detail = (
+                            self._result.errors[-1] if self._result.errors else rec.decision.get("reason")
+                        )
+                        self._finish()  # the decision and any alert are still recorded
+                        raise InvalidRequest(f"cannot approve {event_id}: {detail}")
             self._dirty_events.add(rec.event_id)
             self._finish()
             return rec.view()
@@ -539,6 +543,14 @@ class CentralService:
             return f"its NotBefore ({iso(rec.not_before)}) has passed"
         return ""
 
+    def _evaluate_safely(self, rec: EventRecord) -> None:
+        """One event's evaluation failing (Storage down for a claim) must not stop the others."""
+        try:
+            self._evaluate(rec)
+        except (AzureError, StoreError, ValueError) as exc:
+            self._result.errors.append(f"{rec.event_id}: {exc}"[:500])
+            log.error("evaluating %s failed (the timer retries): %s", rec.event_id, exc)
+
     def _evaluate(self, rec: EventRecord) -> None:
         if rec.ended or rec.status != "Scheduled":
             return
@@ -682,20 +694,23 @@ class CentralService:
             self._record(rec, action, "expired", by, "too close to NotBefore to send an approval", "info", by)
             return False
         attempt = len(rec.approvals) + 1
-        if not self.store.claim(
-            f"{rec.event_id}:approval:{attempt}",
-            rows.claim_partition(rec.event_id),
-            VmId=leader.vm_id,
-            At=self._now,
-        ):
-            rec.state = "approving-elsewhere"
-            log.info("approval %d of %s already claimed by another instance", attempt, rec.event_id)
-            return False
         incarnation = leader.incarnation if leader.incarnation is not None else -1
         message = build_message(
             rec.event_id, leader.vm_id, leader.name, msg_action, by, why, incarnation, self._now, expires
         )
-        queue = self.sender.send(message, self._now, expires)
+        claim_key, claim_partition = f"{rec.event_id}:approval:{attempt}", rows.claim_partition(rec.event_id)
+        if not self.store.claim(claim_key, claim_partition, VmId=leader.vm_id, At=self._now):
+            rec.state = "approving-elsewhere"
+            log.info("approval %d of %s already claimed by another instance", attempt, rec.event_id)
+            return False
+        try:
+            queue = self.sender.send(message, self._now, expires)
+        except AzureError as exc:
+            # not sent: give the claim back so the next evaluation (timer) can try again
+            self.store.release(claim_key, claim_partition)
+            self._result.errors.append(f"approval for {rec.event_id} not sent: {exc}"[:500])
+            log.error("approval for %s to %s not sent: %s", rec.event_id, leader.name, exc)
+            return False
         rec.approvals.append(
             Approval(
                 attempt,

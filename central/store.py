@@ -171,6 +171,13 @@ class TableLog:
             raise StoreError(f"claim {key!r} failed: {exc}") from exc
         return True
 
+    def release(self, key: str, partition: str) -> None:
+        """Give a claim back (the action it guarded did not happen). Best effort."""
+        try:
+            self.service.get_table_client(self.name("Claims")).delete_entity(partition, key)
+        except AzureError as exc:
+            log.warning("claim %r not released: %s", key, exc)
+
     # ---- reads (once per instance) -------------------------------------------------------------
     def query(
         self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None

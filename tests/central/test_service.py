@@ -382,3 +382,29 @@ def test_from_settings_identity_based_and_clear_errors() -> None:
         CentralService.from_settings(
             {"ApprovalStorage": "UseDevelopmentStorage=true", "ALERT_WEBHOOK_FORMAT": "pager"}
         )
+
+
+def test_queue_down_loses_no_approval(env: Env, hook: Hook) -> None:
+    from azure.storage.queue import QueueServiceClient
+
+    from central.approvals import ApprovalSender
+
+    svc = env.service()
+    working = svc.sender
+    account = "devstoreaccount1"
+    dead = QueueServiceClient.from_connection_string(
+        env.conn.replace(env.conn.split("QueueEndpoint=")[1].split(";")[0], f"http://127.0.0.1:9/{account}"),
+        retry_total=0,
+    )
+    svc.sender = ApprovalSender(dead)
+    a = Vm("vm-a")
+    result = svc.handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-qd", ["vm-a"])]))], now=T0
+    )
+    assert result.approvals_sent == 0 and "not sent" in result.errors[0]
+    assert svc.pending()[0]["approvals"] == []
+    svc.sender = working  # the queue service is back: the timer sends attempt 1 (its claim was given back)
+    decisions = svc.reevaluate(now=T0 + timedelta(seconds=10))
+    assert [d.state for d in decisions] == ["approving"]
+    (msg,) = env.messages(a.vm_id)
+    assert msg["eventId"] == "E-qd"
