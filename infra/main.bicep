@@ -205,9 +205,21 @@ module storage 'app/storage.bicep' = {
     tags: allTags
     storageAccountName: 'stse${resourceToken}'
     deploymentContainerName: deploymentContainerName
-    artifactsContainerName: artifactsContainerName
     captureContainerName: captureContainerName
     captureEnabled: captureEnabled
+    publicNetworkAccess: storagePublicNetworkAccess
+    skuName: storageSkuName
+  }
+}
+
+module artifacts 'app/artifacts.bicep' = {
+  name: 'artifacts'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    storageAccountName: 'stsea${resourceToken}'
+    containerName: artifactsContainerName
     publicNetworkAccess: storagePublicNetworkAccess
     skuName: storageSkuName
   }
@@ -253,6 +265,7 @@ module roles 'app/roles.bicep' = {
   scope: rg
   params: {
     storageAccountName: storage.outputs.accountName
+    artifactsAccountName: artifacts.outputs.accountName
     artifactsContainerName: artifactsContainerName
     captureContainerName: captureContainerName
     captureEnabled: captureEnabled
@@ -333,7 +346,8 @@ output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGrou
 output STORAGE_ACCOUNT_NAME string = storage.outputs.accountName
 output QUEUE_SERVICE_URI string = storage.outputs.queueEndpoint
 output TABLE_SERVICE_URI string = storage.outputs.tableEndpoint
-output FORWARDER_ARTIFACTS_URL string = storage.outputs.artifactsContainerUrl
+output FORWARDER_ARTIFACTS_URL string = artifacts.outputs.containerUrl
+output ARTIFACTS_STORAGE_ACCOUNT_NAME string = artifacts.outputs.accountName
 output VM_IDENTITY_ID string = identities.outputs.vmIdentityId
 output VM_IDENTITY_CLIENT_ID string = identities.outputs.vmIdentityClientId
 output KEY_VAULT_NAME string = keyVault.outputs.vaultName

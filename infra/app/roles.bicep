@@ -3,6 +3,9 @@
 @description('Storage account name.')
 param storageAccountName string
 
+@description('Storage account of the forwarder artifacts (artifacts.bicep).')
+param artifactsAccountName string
+
 @description('Blob container of the forwarder artifacts (VMs read it while installing).')
 param artifactsContainerName string
 
@@ -61,8 +64,17 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
   name: 'default'
 }
 
+resource artifactsAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: artifactsAccountName
+}
+
+resource artifactsBlobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+  parent: artifactsAccount
+  name: 'default'
+}
+
 resource artifactsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
-  parent: blobService
+  parent: artifactsBlobService
   name: artifactsContainerName
 }
 
@@ -166,7 +178,8 @@ resource fnTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
 
 // Host storage (AzureWebJobsStorage): blob leases for the timer, Event Hubs checkpoints, the key
 // store, creating its own containers; and reading the Flex deployment package. Microsoft documents
-// Storage Blob Data Owner as the minimum for identity-based host storage.
+// Storage Blob Data Owner as the minimum for identity-based host storage. (The forwarder artifacts are
+// in another account, so this role cannot touch code the VMs install.)
 resource fnBlobOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(account.id, functionPrincipalId, roles.blobDataOwner)
   scope: account

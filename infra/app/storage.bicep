@@ -1,6 +1,6 @@
 // One storage account: the Functions host (blobs: leases, Event Hubs checkpoints), the Flex deployment
-// package, the approval queues (one per VM, created by the central package), the log store (tables),
-// the forwarder artifacts (wheelhouse, install scripts) and, optionally, Event Hubs Capture.
+// package, the approval queues (one per VM, created by the central package), the log store (tables)
+// and, optionally, Event Hubs Capture. (The forwarder artifacts live in their own account: artifacts.bicep.)
 // Shared key access is off: every caller authenticates with Entra ID (managed identity).
 @description('Azure region.')
 param location string
@@ -15,9 +15,6 @@ param storageAccountName string
 
 @description('Blob container for the Flex Consumption deployment package.')
 param deploymentContainerName string
-
-@description('Blob container the VMs download the forwarder wheelhouse and install scripts from.')
-param artifactsContainerName string
 
 @description('Blob container Event Hubs Capture writes to (created only when capture is on).')
 param captureContainerName string
@@ -107,14 +104,6 @@ resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/con
   }
 }
 
-resource artifactsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
-  parent: blobService
-  name: artifactsContainerName
-  properties: {
-    publicAccess: 'None'
-  }
-}
-
 resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = if (captureEnabled) {
   parent: blobService
   name: captureContainerName
@@ -140,4 +129,3 @@ output blobEndpoint string = account.properties.primaryEndpoints.blob
 output queueEndpoint string = account.properties.primaryEndpoints.queue
 output tableEndpoint string = account.properties.primaryEndpoints.table
 output deploymentContainerUrl string = '${account.properties.primaryEndpoints.blob}${deploymentContainer.name}'
-output artifactsContainerUrl string = '${account.properties.primaryEndpoints.blob}${artifactsContainer.name}'

@@ -83,3 +83,13 @@ def test_a_skip_without_a_reason_is_refused() -> None:
     report = {"summary": {"failed": 0, "parsing_errors": 0}, "results": {"skipped_checks": [
         {"check_id": "CKV_AZURE_1", "resource": "r", "check_result": {"suppress_comment": "ok"}}]}}
     assert checkov_gate.problems(report) == ["skip of CKV_AZURE_1 on r has no real reason: 'ok'"]
+
+
+def test_no_stale_skip_comment(infra_report: Dict[str, Any]) -> None:
+    """Every `checkov:skip=` comment in infra/ matches a check checkov actually skipped there."""
+    import re
+
+    used = {(c["file_path"].lstrip("/"), c["check_id"]) for c in infra_report["results"]["skipped_checks"]}
+    written = {(p.relative_to(INFRA).as_posix(), m) for p in INFRA.rglob("*.bicep")
+               for m in re.findall(r"checkov:skip=([A-Z0-9_]+)", p.read_text())}
+    assert written - used == set()
