@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
+import schemas
+
 from .helpers import VM0, VM1, Rig, approval
 
 
@@ -29,6 +31,26 @@ def test_valid_approval_posts_once_and_the_event_starts(rig: Rig) -> None:
     assert result["data"]["messageId"] == msg["messageId"]
     assert result["data"]["decidedBy"] == "policy:test-rule"
     assert result["partitionkey"] == VM0["vmId"]
+    assert schemas.errors("envelope.schema.json", result) == []
+    assert rig.queue_empty()
+
+
+def test_message_kept_until_the_result_is_durable(rig: Rig) -> None:
+    from forwarder.outbox import Outbox
+    from sandbox.imds.client import wait_for
+
+    event_id = _event(rig)
+    rig.send(approval(event_id))
+    rig.outbox.close()  # the outbox cannot take the result (as on a full or broken disk)
+    rig.poll()
+    assert len(rig.posts()) == 1
+    assert list(rig.queue.peek_messages()) == []  # invisible, not deleted:
+    assert rig.queue.get_queue_properties().approximate_message_count == 1
+    rig.outbox = rig.service.outbox = Outbox(rig.state_dir)  # the disk is back
+    wait_for(lambda: list(rig.queue.peek_messages()), timeout=15, interval=0.2)  # visibility timeout
+    rig.poll()
+    assert len(rig.posts()) == 1, "the second pass reports without a second POST"
+    assert rig.outcomes() == [("approved", "already approved by this message (second pass)")]
     assert rig.queue_empty()
 
 
