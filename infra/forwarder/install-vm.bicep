@@ -56,7 +56,7 @@ var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy
 
 resource linuxInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' = if (osType == 'Linux') {
   parent: vm
-  name: 'se-forwarder-install'
+  name: 'se-forwarder-install-linux'
   location: vm.location
   properties: {
     publisher: 'Microsoft.Azure.Extensions'
@@ -80,7 +80,7 @@ resource linuxInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' 
 
 resource windowsInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' = if (osType == 'Windows') {
   parent: vm
-  name: 'se-forwarder-install'
+  name: 'se-forwarder-install-windows'
   location: vm.location
   properties: {
     publisher: 'Microsoft.Compute'

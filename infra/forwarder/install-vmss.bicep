@@ -56,7 +56,7 @@ var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy
 
 resource linuxInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024-07-01' = if (osType == 'Linux') {
   parent: vmss
-  name: 'se-forwarder-install'
+  name: 'se-forwarder-install-linux'
   properties: {
     publisher: 'Microsoft.Azure.Extensions'
     type: 'CustomScript'
@@ -79,7 +79,7 @@ resource linuxInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024
 
 resource windowsInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024-07-01' = if (osType == 'Windows') {
   parent: vmss
-  name: 'se-forwarder-install'
+  name: 'se-forwarder-install-windows'
   properties: {
     publisher: 'Microsoft.Compute'
     type: 'CustomScriptExtension'
