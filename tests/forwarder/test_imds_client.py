@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator, List
 
 import pytest
@@ -142,3 +143,14 @@ class _CountingCredential:
     def get_token(self, *scopes: str, **kwargs: object) -> str:
         self.calls += 1
         return "token"
+
+
+def test_the_first_call_may_take_long_later_calls_may_not(tmp_path: Path) -> None:
+    server = processes.start_imds(["--first-call-delay", "1.5"], log_dir=tmp_path)
+    try:
+        client = ImdsClient(imds_url(server), timeout=0.5, first_timeout=120.0)
+        first = client.get_compute()  # answered after 1.5 s: within the first-call timeout, no retry
+        assert first["name"] == "vm0" and client.health.retries == 0
+        assert client._timeout() == (client.connect_timeout, 0.5)  # from now on, the short timeout
+    finally:
+        server.stop()
