@@ -1,10 +1,11 @@
 // Parameters of infra/main.bicep. azd and `az deployment sub create -p` both read this file.
-// Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set the others yourself.
+// Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set SE_ALERT_EMAIL (required:
+// the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL, SE_POLICY_JSON.
 using './main.bicep'
 
 param environmentName = readEnvironmentVariable('AZURE_ENV_NAME', 'scheduled-events')
-param location = readEnvironmentVariable('AZURE_LOCATION', 'westeurope')
-param alertEmailAddress = readEnvironmentVariable('SE_ALERT_EMAIL', 'ops@example.com')
+param location = readEnvironmentVariable('AZURE_LOCATION')
+param alertEmailAddress = readEnvironmentVariable('SE_ALERT_EMAIL')
 param alertWebhookUrl = readEnvironmentVariable('SE_ALERT_WEBHOOK_URL', '')
 param alertWebhookFormat = 'generic'
 param policyJson = readEnvironmentVariable('SE_POLICY_JSON', '')
