@@ -244,3 +244,31 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
             cli.main(argv)
         assert info.value.code == 0
         assert "--imds-url" in capsys.readouterr().out or argv == ["--help"]
+
+
+# ---- daemon ---------------------------------------------------------------------------------
+
+def test_a_failing_worker_backs_off_and_never_kills_the_daemon() -> None:
+    import threading
+
+    from forwarder.daemon import Daemon
+
+    daemon = Daemon(join_timeout=5)
+    calls: list = []
+    closed: list = []
+
+    def flaky(stop: threading.Event) -> None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("a bug in a step")
+        daemon.stop.set()  # the third call succeeds: done
+
+    worker = daemon.add_worker("flaky", flaky, interval=0.01)
+    worker.max_backoff = 0.05
+    daemon.on_close.append(lambda: closed.append(True))
+    runner = threading.Thread(target=lambda: closed.append(daemon.run()))
+    runner.start()
+    runner.join(timeout=20)
+    assert not runner.is_alive()
+    assert len(calls) == 3 and worker.failures == 2
+    assert closed == [True, 0]  # closers ran, then run() returned 0
