@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops
 UNSENT_LIMIT = 1_000  # failed alerts kept for the timer to retry
 ALERT_ROUNDS = 5  # delivery rounds per alert (the first call + timer retries)
+ALERT_CLAIMS = "alerts"  # the Claims partition of alert keys (one transaction claims a call's alerts)
 ENDED_KEEP = timedelta(hours=24)  # ended events stay in memory so a late report cannot revive them
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
@@ -314,7 +315,16 @@ class CentralService:
 
     def _finish(self) -> BatchResult:
         result = self._result
+        fresh = [a.key for a in self._alerts if a.rounds == 0]
+        try:  # one transaction claims every new alert of this call (exactly-once across instances)
+            held: Optional[Set[str]] = self.store.claim_many(fresh, ALERT_CLAIMS, At=self._now)
+        except StoreError as exc:
+            log.warning("alert claims failed, sending anyway: %s", exc)
+            held = None
         for alert in self._alerts:
+            if alert.rounds == 0 and held is not None and alert.key not in held:
+                self._alerted.add(alert.key)  # another instance sent it
+                continue
             self._deliver(alert)
         for event_id in self._dirty_events:
             self.store.stage("Events", rows.event_entity(self.events[event_id]))
@@ -854,14 +864,6 @@ class CentralService:
             )
             alert.facts = self._facts(rec)
         self._alerted.add(alert.key)
-        if alert.rounds == 0:  # a retry was claimed by this instance in its first round
-            try:
-                if not self.store.claim(
-                    alert.key, rows.claim_partition(alert.key), Kind=alert.kind, At=self._now
-                ):
-                    return  # another instance sent it
-            except StoreError as exc:
-                log.warning("alert claim failed, sending anyway: %s", exc)
         alert.rounds += 1
         delivery: Delivery = self.alerter.send(alert)
         if not delivery.sent and self.settings.webhook_url and alert.rounds < ALERT_ROUNDS:

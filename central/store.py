@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.core.exceptions import AzureError, ResourceExistsError
+from azure.data.tables import TableServiceClient, TableTransactionError, UpdateMode
 
 from . import batch_wire
 
@@ -162,19 +162,36 @@ class TableLog:
     def claim(self, key: str, partition: str, **columns: Any) -> bool:
         """True when this instance is the first to claim `key` (the row did not exist)."""
         self.ensure_tables()
-        entity = {"PartitionKey": partition, "RowKey": key, **columns}
+        entity = {"PartitionKey": partition, "RowKey": safe_key(key), **columns}
         try:
             self.service.get_table_client(self.name("Claims")).create_entity(entity)
         except ResourceExistsError:
             return False
-        except HttpResponseError as exc:
+        except AzureError as exc:
             raise StoreError(f"claim {key!r} failed: {exc}") from exc
         return True
+
+    def claim_many(self, keys: List[str], partition: str, **columns: Any) -> Set[str]:
+        """Claim several keys of one partition: one transaction when none was claimed before (the
+        common case), else one request per key. Returns the keys this instance now holds."""
+        if not keys:
+            return set()
+        if len(keys) > 1 and len(keys) <= MAX_OPS:
+            self.ensure_tables()
+            ops = [("create", {"PartitionKey": partition, "RowKey": safe_key(k), **columns}) for k in keys]
+            try:
+                self.service.get_table_client(self.name("Claims")).submit_transaction(ops)
+                return set(keys)
+            except TableTransactionError:
+                pass  # some key was claimed already: sort them out one by one
+            except AzureError as exc:
+                raise StoreError(f"claims failed: {exc}") from exc
+        return {k for k in keys if self.claim(k, partition, **columns)}
 
     def release(self, key: str, partition: str) -> None:
         """Give a claim back (the action it guarded did not happen). Best effort."""
         try:
-            self.service.get_table_client(self.name("Claims")).delete_entity(partition, key)
+            self.service.get_table_client(self.name("Claims")).delete_entity(partition, safe_key(key))
         except AzureError as exc:
             log.warning("claim %r not released: %s", key, exc)
 

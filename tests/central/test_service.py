@@ -408,3 +408,15 @@ def test_queue_down_loses_no_approval(env: Env, hook: Hook) -> None:
     assert [d.state for d in decisions] == ["approving"]
     (msg,) = env.messages(a.vm_id)
     assert msg["eventId"] == "E-qd"
+
+
+def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
+    """Two Function instances (Event Hubs partitions) each see one VM's report of the same event."""
+    first, second = env.service(), env.service()
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-multi", ["vm-a", "vm-b"])
+    r1 = first.handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev]))], now=T0)
+    r2 = second.handle_batch([body(b.heartbeat()), body(b.incarnation_env([ev]))], now=T0)
+    assert r1.approvals_sent + r2.approvals_sent == 1
+    assert len(env.messages(a.vm_id)) + len(env.messages(b.vm_id)) == 1
+    assert len(status_alerts(hook, "E-multi")) == 1

@@ -60,3 +60,10 @@ def test_claims_are_exactly_once(azurite: processes.Server) -> None:
     assert log.claim("E1:approval:1", "c00") is True
     assert log.claim("E1:approval:1", "c00") is False
     assert log.claim("E1:approval:2", "c00") is True
+
+
+def test_claim_many_in_one_transaction_or_one_by_one(azurite: processes.Server) -> None:
+    log = log_for(azurite)
+    assert log.claim_many(["k1", "k2", "k3"], "alerts") == {"k1", "k2", "k3"}
+    assert log.claim_many(["k3", "k4"], "alerts") == {"k4"}  # k3 was taken: the transaction fails whole
+    assert log.claim_many([], "alerts") == set()
