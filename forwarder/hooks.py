@@ -142,6 +142,19 @@ def _refusal(path: Path, owners: set) -> Optional[str]:
     return None
 
 
+def _unsafe_directory(directory: Path, owners: set) -> Optional[str]:
+    """Why the hook directory (or its parent) cannot be trusted, or None (also when it is absent)."""
+    if os.name != "posix" or not directory.is_dir():
+        return None
+    for d in (directory, directory.parent):
+        st = d.stat()
+        if st.st_uid not in owners:
+            return f"{d} is owned by uid {st.st_uid}, not root or the service user"
+        if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+            return f"{d} is group- or world-writable"
+    return None
+
+
 def list_hooks(hook_dir: str, phase: str) -> List[Path]:
     """The candidate files of a phase in name order (dotfiles and editor/package leftovers skipped)."""
     directory = Path(hook_dir) / f"{phase}.d"
@@ -216,6 +229,12 @@ def run_phase(phase: str, env: Mapping[str, str], settings: HookSettings) -> Hoo
     run = HookRun(phase=phase, directory=str(Path(settings.hook_dir) / f"{phase}.d"))
     owners = _allowed_owners(settings)
     full_env = {"SE_HOOK_PHASE": phase, **env}
+    unsafe = _unsafe_directory(Path(settings.hook_dir) / f"{phase}.d", owners)
+    if unsafe is not None:
+        # Whoever can write the directory can swap a checked hook for their own before it runs.
+        log.warning("hook directory %s refused: %s", run.directory, unsafe)
+        run.results.append(HookResult(name=f"{phase}.d", refused=f"directory {unsafe}"))
+        return run
     for path in list_hooks(settings.hook_dir, phase):
         if path.is_file() and not path.is_symlink() and not os.access(path, os.X_OK):
             run.skipped.append(path.name)

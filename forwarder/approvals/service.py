@@ -71,6 +71,11 @@ class ApprovalService:
                 self.recovery = Recovery(self.settings.state_dir, vm.vm_id, vm.name, self.publish,
                                          self.settings.hooks)
                 if self.settings.queue_enabled:
+                    if self.settings.reader.visibility_timeout < self.settings.hooks.timeout_seconds + 30:
+                        log.warning("approval visibility timeout %ss is not above the hook timeout "
+                                    "%ss + 30 s: a message may outlive its invisibility while its hook runs",
+                                    self.settings.reader.visibility_timeout,
+                                    self.settings.hooks.timeout_seconds)
                     name = naming.queue_name(vm.vm_id)
                     client = queue.queue_client(name, self.settings.queue_service_uri or None,
                                                 self.settings.queue_connection_string or None,

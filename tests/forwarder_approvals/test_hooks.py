@@ -109,3 +109,11 @@ def test_symlink_refused_and_non_executable_skipped(tmp_path: Path) -> None:
 def test_no_hook_directory_is_an_empty_successful_run(tmp_path: Path) -> None:
     run = hooks.run_phase(hooks.POST_EVENT, {}, _settings(tmp_path / "missing"))
     assert run.ok and run.ran == 0
+
+
+def test_writable_hook_directory_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    write_hook(tmp_path, "pre-approve", "ok", f"touch {marker}")
+    os.chmod(tmp_path / "pre-approve.d", 0o777)  # noqa: S103 - the point of the test
+    run = hooks.run_phase(hooks.PRE_APPROVE, {}, _settings(tmp_path))
+    assert not run.ok and "writable" in run.failure() and not marker.exists()
