@@ -223,3 +223,29 @@ def test_poison_message_moved_when_allowed(rig: Rig) -> None:
     assert [m.content for m in poison.peek_messages()] == ["garbage that keeps failing"]
     assert rig.queue_empty()
     poison.delete_queue()
+
+
+def test_message_sent_by_central_is_carried_out(rig: Rig) -> None:
+    """The contract through a real queue: central's builder and sender, this forwarder's reader."""
+    from datetime import datetime, timedelta, timezone
+
+    import pytest
+
+    central = pytest.importorskip("central.approvals")
+    from azure.storage.queue import QueueServiceClient
+
+    event_id = _event(rig)
+    now = datetime.now(timezone.utc)
+    expires = now + timedelta(minutes=10)
+    message = central.build_message(event_id, VM0["vmId"], "vm0", "approve", "policy:user-reboots",
+                                    "user-initiated", 1, now, expires)
+    service = QueueServiceClient.from_connection_string(rig.service.settings.queue_connection_string)
+    try:
+        sent_to = central.ApprovalSender(service).send(message, now, expires)
+    finally:
+        service.close()
+    assert sent_to == rig.queue.queue_name
+    rig.poll()
+    assert len(rig.posts()) == 1
+    (result,) = rig.results()
+    assert result["data"]["outcome"] == "approved" and result["data"]["messageId"] == message["messageId"]
