@@ -116,6 +116,8 @@ def test_every_fault_kind_is_survived_and_the_next_incarnation_published(
             wait_until(lambda eid=event_id: published_with(sink, eid), timeout=30,
                        what=f"the incarnation after fault {fault}")
             assert fw.alive(), f"the forwarder died on {fault}"
+        answered = {r["status"] for r in admin(imds_server, "GET", "requests?vm=vm0&path=scheduledevents")}
+        assert {500, 410, 429, 503} <= answered, f"not every fault reached the forwarder: {answered}"
     finally:
         assert fw.terminate() == 0
     envelopes = read_published(sink)
