@@ -41,7 +41,7 @@ def build(config: Config) -> App:
     client = ImdsClient(config.imds_url, config.api_version, limiter=limiter, stop=daemon.stop)
     outbox = Outbox(Path(config.state_dir), max_rows=config.outbox_max_rows)
     try:
-        sink = sinks.make(config)
+        sink = sinks.make(config, limiter)
     except Exception:
         outbox.close()
         raise
@@ -49,8 +49,10 @@ def build(config: Config) -> App:
     poller = Poller(client, outbox, on_put=publisher.wake)
     heartbeat = Heartbeat(poller, outbox, client, interval=config.heartbeat_interval)
 
+    recovered = RecoveryBeat(outbox, heartbeat)
+
     def heartbeat_step(stop: threading.Event) -> None:
-        if heartbeat.tick():
+        if heartbeat.tick() or recovered.tick():
             publisher.wake()
 
     approvals = _approvals(config, client, outbox, poller, publisher, daemon)
@@ -61,6 +63,31 @@ def build(config: Config) -> App:
     daemon.on_close += [approvals.close]
     daemon.on_close += [lambda: publisher.flush(timeout=5.0), sink.close, outbox.close, client.close]
     return App(config, client, outbox, sink, poller, publisher, heartbeat, daemon)
+
+
+class RecoveryBeat:
+    """One extra heartbeat as soon as the sink is back and the backlog drained (docs/eventhub-sink.md),
+    so the dropped count and the outage show centrally within seconds, not after the next interval.
+
+    "Failing" is the outbox's persistent `last_error` (set on a failed send, cleared by a successful
+    one), so an outage that spans a forwarder restart is reported too."""
+
+    def __init__(self, outbox: Outbox, heartbeat: Heartbeat, drained_below: int = 10) -> None:
+        self.outbox = outbox
+        self.heartbeat = heartbeat
+        self.drained_below = drained_below
+        self._pending = outbox.last_error is not None
+
+    def tick(self) -> bool:
+        if self.outbox.last_error is not None:
+            self._pending = True
+            return False
+        if not self._pending or self.outbox.backlog() >= self.drained_below:
+            return False
+        if self.heartbeat.beat():
+            self._pending = False
+            return True
+        return False
 
 
 def approval_settings(config: Config, limiter: Any = None) -> Any:

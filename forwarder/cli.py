@@ -167,14 +167,28 @@ def _event_summary(document: Any) -> Optional[List[Dict[str, Any]]]:
     return [{k: e.get(k) for k in keys} for e in events if isinstance(e, dict)]
 
 
+def _sink_summary(config: Config) -> Dict[str, Any]:
+    """Where `run` would publish (no secret: a connection string shows only its endpoint)."""
+    if config.sink != "eventhub":
+        return {"name": config.sink, "path": str(config.sink_path) if config.sink == "file" else None}
+    from .sinks.eventhub import EventHubSettings
+
+    settings = EventHubSettings(namespace=config.eventhub_namespace, eventhub_name=config.eventhub_name,
+                                connection_string=config.eventhub_connection_string)
+    auth = "connection string" if config.eventhub_connection_string else "managed identity"
+    return {"name": "eventhub", "target": settings.target, "auth": auth}
+
+
 def check(config: Config) -> int:
+    from .clock import iso
     from .identity import IdentityError, from_compute
     from .imds import ImdsClient, ImdsRejected, ImdsUnavailable
     from .outbox import DB_NAME, Outbox, OutboxError
     from .poller import LAST_INCARNATION, parse
 
     logging.getLogger("forwarder").setLevel(max(logging.WARNING, logging.getLogger("forwarder").level))
-    report: Dict[str, Any] = {"imds": {"url": config.imds_url, "apiVersion": config.api_version}}
+    report: Dict[str, Any] = {"imds": {"url": config.imds_url, "apiVersion": config.api_version},
+                              "sink": _sink_summary(config)}
     code = EXIT_OK
     client = ImdsClient(config.imds_url, config.api_version, retry_seconds=3.0)
     try:
@@ -199,8 +213,10 @@ def check(config: Config) -> int:
         try:
             outbox = Outbox(Path(config.state_dir), max_rows=config.outbox_max_rows)
             try:
+                error_at = outbox.get_state("last_error_at")
                 report["outbox"] = {**outbox.stats(), "path": str(db),
-                                    "lastIncarnation": outbox.get_state(LAST_INCARNATION)}
+                                    "lastIncarnation": outbox.get_state(LAST_INCARNATION),
+                                    "lastErrorAt": iso(error_at) if error_at else None}
             finally:
                 outbox.close()
         except (OutboxError, Exception) as exc:  # noqa: BLE001 - report, never crash a health check

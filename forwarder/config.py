@@ -81,7 +81,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("state_dir", "/var/lib/se-forwarder", "directory of the durable outbox (SQLite) and state"),
     Setting("poll_interval", 1.0, "seconds between IMDS polls (IMDS recommends 1)", _positive_float),
     Setting("heartbeat_interval", 60.0, "seconds between heartbeat envelopes", _positive_float),
-    Setting("sink", "file", "where envelopes go: file | stdout (eventhub: issue 3)",
+    Setting("sink", "file", "where envelopes go: eventhub | file | stdout (default: eventhub when "
+            "eventhub_namespace or eventhub_connection_string is set, else file)",
             choices=("eventhub", "file", "stdout")),
     Setting("sink_file", "", "JSON-lines file for --sink file (default <state-dir>/published.jsonl)"),
     Setting("eventhub_namespace", "", "Event Hubs fully qualified namespace (<ns>.servicebus.windows.net)"),
@@ -197,6 +198,9 @@ def load(flags: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> C
             values[setting.key] = setting.default
             sources[setting.key] = "default"
     values["config"] = str(config_path)
+    eventhub_given = values["eventhub_namespace"] or values["eventhub_connection_string"]
+    if sources["sink"] == "default" and eventhub_given:
+        values["sink"] = "eventhub"  # Event Hubs settings given and no sink chosen: publish there
     return Config(values, sources)
 
 

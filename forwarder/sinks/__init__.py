@@ -1,7 +1,8 @@
 """Where the outbox drains to. `make(config)` picks the sink named by the `sink` setting.
 
 A new sink is a class with `name`, `send(envelopes)` (raises SinkError) and `close()`, plus one
-entry in `FACTORIES`.
+entry in `FACTORIES` (a callable taking the config and the VM's IMDS rate limiter, which sinks
+that fetch managed-identity tokens share).
 """
 
 from __future__ import annotations
@@ -16,27 +17,40 @@ class SinkUnavailable(ValueError):
     """The configured sink cannot be built (unknown name, missing settings)."""
 
 
-def _file(config: Any) -> Sink:
+def _file(config: Any, limiter: Any = None) -> Sink:
     return FileSink(config.sink_path)
 
 
-def _stdout(config: Any) -> Sink:
+def _stdout(config: Any, limiter: Any = None) -> Sink:
     return FileSink(None)
 
 
-def _eventhub(config: Any) -> Sink:
-    raise SinkUnavailable("the eventhub sink is not in this version yet; use --sink file or --sink stdout")
+def _eventhub(config: Any, limiter: Any = None) -> Sink:
+    """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub."""
+    from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink, managed_identity_credential
+
+    settings = EventHubSettings(namespace=config.eventhub_namespace, eventhub_name=config.eventhub_name,
+                                connection_string=config.eventhub_connection_string,
+                                client_id=config.client_id)
+    try:
+        settings.check()
+    except EventHubConfigError as exc:
+        raise SinkUnavailable(str(exc)) from exc
+    credential = None
+    if not settings.connection_string:
+        credential = managed_identity_credential(settings.client_id, limiter)
+    return EventHubSink(settings, credential=credential)
 
 
-FACTORIES: Dict[str, Callable[[Any], Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}
+FACTORIES: Dict[str, Callable[..., Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}
 
 
-def make(config: Any) -> Sink:
+def make(config: Any, limiter: Any = None) -> Sink:
     try:
         factory = FACTORIES[config.sink]
     except KeyError:
         raise SinkUnavailable(f"unknown sink {config.sink!r}; known: {', '.join(FACTORIES)}") from None
-    return factory(config)
+    return factory(config, limiter)
 
 
 __all__ = ["FACTORIES", "FileSink", "Sink", "SinkError", "SinkUnavailable", "make"]

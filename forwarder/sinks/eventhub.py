@@ -1,0 +1,289 @@
+"""Azure Event Hubs through the azure-eventhub SDK (`EventHubProducerClient`), over AMQP.
+
+Auth: managed identity (fully qualified namespace + `ManagedIdentityCredential`, wrapped in the VM's
+IMDS rate limiter) in production; a connection string only for the emulator or the sandbox server.
+
+What `send` does with the outbox's pending rows (in order):
+- each envelope is one event: the CloudEvent JSON as the body (structured mode), `content_type`
+  `application/cloudevents+json; charset=utf-8`, partition key = the envelope's `partitionkey` (vmId),
+  so one VM's envelopes land in one partition, in order;
+- consecutive envelopes go in as few batches as fit (`create_batch(partition_key=...)`, a new batch
+  when one is full), sent one after another; any failure raises SinkError and the publisher keeps
+  every row (a batch already sent is sent again: same CloudEvent ids, so consumers dedupe);
+- an envelope larger than the hub accepts in any batch can never be sent: it is replaced by a
+  `quarantined` note (its id, type, size, the limit, a truncated copy) so it does not block the
+  outbox forever; the note's id is derived from the original's, so a resend is recognisable.
+
+Retries: the SDK's own retry is kept small (`retry_total`); the publisher backs off with jitter.
+The client is reused across sends and dropped (closed, rebuilt on the next send) after any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from .. import logs
+from ..clock import iso
+from ..envelope import QUARANTINED, EnvelopeInvalid, sha256, validate
+from .base import SinkError
+
+log = logs.get("sink.eventhub")
+
+CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
+# Room kept in the oversize note for everything but the truncated copy (ids, errors, vm, AMQP framing).
+NOTE_OVERHEAD = 16 * 1024
+
+
+class EventHubConfigError(ValueError):
+    """The Event Hubs settings are incomplete or contradictory; the message says which to set."""
+
+
+@dataclass(frozen=True)
+class EventHubSettings:
+    namespace: str = ""            # <ns>.servicebus.windows.net (managed identity)
+    eventhub_name: str = ""
+    connection_string: str = ""    # emulator / sandbox only
+    client_id: str = ""            # user-assigned managed identity; empty = system-assigned
+    retry_total: int = 1           # the SDK's own retries; the publisher does the real backoff
+    send_timeout: float = 10.0     # seconds one send_batch may take before it counts as failed
+
+    def check(self) -> None:
+        if self.connection_string:
+            if self.namespace:
+                raise EventHubConfigError("set either eventhub_connection_string (emulator/sandbox) or "
+                                          "eventhub_namespace (managed identity), not both")
+            if "entitypath=" not in self.connection_string.lower() and not self.eventhub_name:
+                raise EventHubConfigError("the connection string has no EntityPath: set eventhub_name")
+            return
+        if not self.namespace:
+            raise EventHubConfigError("the eventhub sink needs eventhub_namespace "
+                                      "(<ns>.servicebus.windows.net) or, for the emulator/sandbox only, "
+                                      "eventhub_connection_string")
+        if not self.eventhub_name:
+            raise EventHubConfigError("the eventhub sink needs eventhub_name with eventhub_namespace")
+        if "://" in self.namespace or "/" in self.namespace:
+            raise EventHubConfigError(f"eventhub_namespace {self.namespace!r} must be a host name "
+                                      "like <ns>.servicebus.windows.net (no scheme, no path)")
+
+    @property
+    def target(self) -> str:
+        if self.connection_string:
+            parts = dict(p.split("=", 1) for p in self.connection_string.split(";") if "=" in p)
+            endpoint = parts.get("Endpoint", "?").replace("sb://", "").rstrip("/")
+            return f"{endpoint}/{self.eventhub_name or parts.get('EntityPath', '?')}"
+        return f"{self.namespace}/{self.eventhub_name}"
+
+
+def managed_identity_credential(client_id: str, limiter: Any) -> Any:
+    """`ManagedIdentityCredential`, never through a proxy, each token call inside the IMDS budget."""
+    from azure.core.pipeline.transport import RequestsTransport
+    from azure.identity import ManagedIdentityCredential
+
+    from ..imds import RateLimitedCredential
+
+    # use_env_settings=False: IMDS (169.254.169.254) must never be reached through HTTP(S)_PROXY.
+    inner = ManagedIdentityCredential(client_id=client_id or None,
+                                      transport=RequestsTransport(use_env_settings=False))
+    return RateLimitedCredential(inner, limiter) if limiter is not None else inner
+
+
+class EventHubSink:
+    """`send(envelopes)` publishes in order or raises SinkError; `close()` releases the client."""
+
+    def __init__(self, settings: EventHubSettings, credential: Any = None,
+                 client_factory: Optional[Callable[[], Any]] = None) -> None:
+        settings.check()
+        self.settings = settings
+        self.name = f"eventhub:{settings.target}"
+        self._credential = credential
+        self._factory = client_factory or self._new_client
+        self._client: Any = None
+        self._lock = threading.Lock()  # the publisher's thread and shutdown's flush may overlap
+        self.oversize_replaced = 0
+
+    # ---- the client --------------------------------------------------------------------------
+
+    def _new_client(self) -> Any:
+        from azure.eventhub import EventHubProducerClient
+
+        s = self.settings
+        # A small SDK retry (one quick reconnect for a link the service closed while idle); longer
+        # outages come back to the publisher, which backs off with jitter and never loses the rows.
+        retry = {"retry_total": s.retry_total, "retry_backoff_factor": 0.2, "retry_backoff_max": 1.0}
+        if s.connection_string:
+            kwargs: Dict[str, Any] = dict(retry)
+            if s.eventhub_name:
+                kwargs["eventhub_name"] = s.eventhub_name
+            return EventHubProducerClient.from_connection_string(s.connection_string, **kwargs)
+        if self._credential is None:
+            raise SinkError("no credential for the managed-identity Event Hubs client", retryable=False)
+        return EventHubProducerClient(fully_qualified_namespace=s.namespace, eventhub_name=s.eventhub_name,
+                                      credential=self._credential, **retry)
+
+    def _producer(self) -> Any:
+        if self._client is None:
+            self._client = self._factory()
+        return self._client
+
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone anyway
+                log.debug("closing a failed Event Hubs client raised; ignored")
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def send(self, envelopes: List[Dict[str, Any]]) -> None:
+        if not envelopes:
+            return
+        with self._lock:
+            try:
+                for key, run in _runs_by_partition_key(envelopes):
+                    self._send_run(key, run)
+            except SinkError:
+                self._drop_client()
+                raise
+            except Exception as exc:  # SDK, credential, socket errors: all mean "not delivered"
+                self._drop_client()
+                raise SinkError(_describe(exc), retryable=not _is_auth_error(exc)) from exc
+
+    def _send_run(self, key: str, run: List[Dict[str, Any]]) -> None:
+        from azure.eventhub import EventData
+
+        producer = self._producer()
+        batch = producer.create_batch(partition_key=key)
+        for env in run:
+            event = _event(env, EventData)
+            try:
+                batch.add(event)
+                continue
+            except ValueError:
+                pass  # this batch is full
+            if len(batch) > 0:
+                producer.send_batch(batch, timeout=self.settings.send_timeout)
+                batch = producer.create_batch(partition_key=key)
+                try:
+                    batch.add(event)
+                    continue
+                except ValueError:
+                    pass  # too large even for an empty batch
+            note = self._oversize_note(env, batch.max_size_in_bytes)
+            try:
+                batch.add(_event(note, EventData))
+            except ValueError as exc:
+                raise SinkError(f"envelope {env.get('id')!r} is larger than the hub's "
+                                f"{batch.max_size_in_bytes} bytes and so is its oversize note; kept in the "
+                                "outbox", retryable=False) from exc
+        if len(batch) > 0:
+            producer.send_batch(batch, timeout=self.settings.send_timeout)
+
+    def _oversize_note(self, env: Dict[str, Any], limit: int) -> Dict[str, Any]:
+        self.oversize_replaced += 1
+        note = oversize_note(env, limit)
+        log.error("envelope larger than the hub accepts; publishing a quarantined note instead so the "
+                  "outbox is not blocked", extra=logs.fields(id=env.get("id"), type=env.get("type"),
+                                                             bytes=len(_body(env)), limit=limit,
+                                                             noteId=note["id"]))
+        return note
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_client()
+        close = getattr(self._credential, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - shutting down; nothing left to do with it
+                log.debug("closing the credential raised; ignored")
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _body(env: Dict[str, Any]) -> bytes:
+    return json.dumps(env, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _event(env: Dict[str, Any], event_data: Any) -> Any:
+    event = event_data(_body(env))
+    event.content_type = CONTENT_TYPE
+    return event
+
+
+def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
+    """Consecutive envelopes with the same partition key (one forwarder = one VM = one run)."""
+    runs: List[Any] = []
+    for env in envelopes:
+        key = str(env.get("partitionkey") or env.get("data", {}).get("vm", {}).get("vmId") or "")
+        if not key:
+            raise SinkError(f"envelope {env.get('id')!r} has no partitionkey (a forwarder bug); kept",
+                            retryable=False)
+        if runs and runs[-1][0] == key:
+            runs[-1][1].append(env)
+        else:
+            runs.append((key, [env]))
+    return runs
+
+
+def oversize_note(env: Dict[str, Any], limit: int) -> Dict[str, Any]:
+    """A `quarantined` envelope standing in for `env`, which no batch of `limit` bytes can hold.
+
+    Its id is `<original id>:oversize` (trimmed to the schema's 512), so a resend of the note is
+    recognisable downstream; `raw` keeps the start of the original JSON, `rawSha256` all of it.
+    """
+    body = _body(env).decode("utf-8")
+    data = env.get("data") if isinstance(env.get("data"), dict) else {}
+    vm = data.get("vm")
+    if not isinstance(vm, dict):
+        vm = {"vmId": env.get("partitionkey") or "unknown", "name": env.get("subject") or "unknown"}
+    keep = max(1024, min(256 * 1024, limit // 2 - NOTE_OVERHEAD))
+    original_id = str(env.get("id", ""))
+    note = {
+        "specversion": "1.0",
+        "id": (original_id[:500] + ":oversize"),
+        "source": env.get("source") or f"vm://{vm.get('vmId')}",
+        "type": QUARANTINED,
+        "subject": env.get("subject") or vm.get("name") or "unknown",
+        "time": iso(),
+        "datacontenttype": "application/json",
+        "partitionkey": env.get("partitionkey") or vm.get("vmId"),
+        "data": {
+            "vm": vm,
+            "apiVersion": str(data.get("apiVersion", "")),
+            "raw": body[:keep],
+            "rawTruncated": len(body) > keep,
+            "rawSha256": sha256(body),
+            "document": None,
+            "incarnation": data.get("incarnation") if isinstance(data.get("incarnation"), int) else None,
+            "errors": [{"path": "/", "message": (
+                f"envelope {original_id} of type {env.get('type')} is {len(body.encode('utf-8'))} bytes, "
+                f"more than the {limit} bytes Event Hubs accepts in one event; not published, replaced "
+                "by this note")}],
+            "observedAt": str(data.get("observedAt") or env.get("time") or iso()),
+        },
+    }
+    try:
+        return validate(note)
+    except EnvelopeInvalid as exc:
+        raise SinkError(f"cannot build an oversize note for {original_id!r}: {exc}", retryable=False) from exc
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return name in ("AuthenticationError", "ClientAuthenticationError", "CredentialUnavailableError")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line: the SDK's messages span lines and repeat themselves."""
+    text = " ".join(str(exc).split())
+    hint = ""
+    if _is_auth_error(exc):
+        hint = ("; check the VM's managed identity (client_id) has 'Azure Event Hubs Data Sender' on "
+                "the hub, or the connection string")
+    elif type(exc).__name__ in ("ConnectError", "ConnectionLostError", "OperationTimeoutError"):
+        hint = "; Event Hubs unreachable: kept in the outbox, retrying with backoff"
+    return f"{type(exc).__name__}: {text[:300]}{hint}"
