@@ -22,7 +22,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.Serve
 
 async def _live_round_trip(connection_string: str) -> List[Any]:
     """A consumer attached at @latest gets what a producer sends afterwards, keyed events in order."""
-    # load_balancing_interval: the async processor sleeps that long (30 s by default) before it notices close().
+    # load_balancing_interval: the processor sleeps that long (default 30 s) before it notices close().
     consumer = EventHubConsumerClient.from_connection_string(connection_string, consumer_group="$Default",
                                                              load_balancing_interval=1)
     got: List[Any] = []

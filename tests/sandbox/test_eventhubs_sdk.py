@@ -57,10 +57,10 @@ class Receiver:
 
     def __init__(self, connection_string: str, *, consumer_group: str = "$Default",
                  checkpoint_store: Any = None, retry_total: int = 1, **receive_args: Any) -> None:
-        extra: Dict[str, Any] = {}
+        # load_balancing_interval: the processor sleeps that long (default 30 s) between checks of close().
+        extra: Dict[str, Any] = {"load_balancing_interval": 1}
         if checkpoint_store is not None:
-            extra = {"checkpoint_store": checkpoint_store, "load_balancing_interval": 1,
-                     "partition_ownership_expiration_interval": 3}
+            extra.update(checkpoint_store=checkpoint_store, partition_ownership_expiration_interval=3)
         self.client = EventHubConsumerClient.from_connection_string(
             connection_string, consumer_group=consumer_group, retry_total=retry_total, **extra)
         self.events: List[EventData] = []
