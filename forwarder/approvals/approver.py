@@ -9,6 +9,7 @@ again, it reports from what IMDS shows (Started or gone: approved; still Schedul
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
 
@@ -41,8 +42,22 @@ class Approver:
     # Observer called right after IMDS accepted a POST, before anything is recorded: the crash tests
     # SIGKILL the process there. Production leaves it None.
     after_post: Optional[Callable[[str], None]] = None
+    # One decision per event at a time: the fast path and the queue reader run on different threads.
+    _event_locks: Dict[str, threading.Lock] = field(default_factory=dict, repr=False)
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def decide(
+    def decide(self, event_id: str, action: str, decided_by: str, message_id: Optional[str] = None,
+               reason: str = "", require_hook: Optional[bool] = None) -> ApprovalResult:
+        """See `_decide`. Serialised per EventId, so a second decision sees the first one's ledger entry."""
+        with self._locks_guard:
+            lock = self._event_locks.setdefault(event_id, threading.Lock())
+            if len(self._event_locks) > 1000:  # bounded: drop idle locks of old events
+                for key in [k for k, v in self._event_locks.items() if k != event_id and not v.locked()]:
+                    del self._event_locks[key]
+        with lock:
+            return self._decide(event_id, action, decided_by, message_id, reason, require_hook)
+
+    def _decide(
         self,
         event_id: str,
         action: str,

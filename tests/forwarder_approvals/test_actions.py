@@ -211,3 +211,27 @@ def test_queue_name_rule_matches_central(vm_id: str) -> None:
     assert naming.queue_name(vm_id) == central.queue_name(vm_id)
     name = naming.queue_name(vm_id)
     assert 3 <= len(name) <= 63 and name == name.lower() and "--" not in name
+
+
+def test_fast_path_and_central_approval_race_posts_once(slow_sim: ImdsSimulator, azurite,
+                                                       tmp_path: Path) -> None:
+    from .helpers import make_rig
+
+    rig = make_rig(slow_sim.base_url, azurite.extra["connection_string"], tmp_path)
+    try:
+        write_hook(rig.hook_dir, "pre-approve", "10-drain", "sleep 1")
+        event_id = rig.sim.add_event(eventType="Preempt", resources=["vm0"])["eventId"]
+        rig.observe()  # the fast path starts its hook on its own thread
+        rig.send(approval(event_id))
+        rig.poll()  # central's approval for the same event arrives while the hook runs
+        assert rig.service.fastpath is not None
+        rig.service.fastpath.join()
+        assert len(rig.posts()) == 1
+        by = {r["data"]["decidedBy"]: (r["data"]["outcome"], r["data"]["reason"]) for r in rig.results()}
+        assert by["local:fastpath"][0] == "approved"
+        assert by["policy:test-rule"][0] == "rejected" and by["policy:test-rule"][1].startswith("duplicate")
+    finally:
+        rig.service.close()
+        rig.queue.close()
+        rig.outbox.close()
+        rig.imds.close()
