@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Optional
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
+from .. import logs
 from ..backoff import Backoff
 from ..clock import iso
 from ..imds import ImdsError
@@ -26,7 +27,7 @@ from . import message as msgs
 from .approver import Approver
 from .gate import events_of, involves
 from .ledger import Ledger
-from .result import REJECTED, ApprovalResult
+from .result import APPROVED, REJECTED, ApprovalResult
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,13 @@ class ApprovalReader:
             return
         if result is None:
             return
+        # One structured line per message: the outcome and its reason, for operators and log queries.
+        log.log(logging.INFO if result.outcome == APPROVED else logging.WARNING,
+                "approval message %s: %s (%s)", item.id, result.outcome, result.reason,
+                extra=logs.fields(outcome=result.outcome, reason=result.reason, eventId=result.event_id,
+                                  messageId=result.message_id, queueMessageId=item.id,
+                                  dequeueCount=getattr(item, "dequeue_count", None),
+                                  decidedBy=result.decided_by))
         try:
             self.publish(result)  # durable in the outbox when it returns
         except Exception as exc:  # noqa: BLE001 - any outbox failure: keep the message, retry later

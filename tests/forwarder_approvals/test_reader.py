@@ -249,3 +249,15 @@ def test_message_sent_by_central_is_carried_out(rig: Rig) -> None:
     assert len(rig.posts()) == 1
     (result,) = rig.results()
     assert result["data"]["outcome"] == "approved" and result["data"]["messageId"] == message["messageId"]
+
+
+def test_rejection_reason_is_logged_with_fields(rig: Rig, caplog) -> None:
+    import logging
+
+    event_id = _event(rig)
+    with caplog.at_level(logging.INFO, logger="forwarder.approvals"):
+        rig.send(approval(event_id, expires_in=-1))
+        rig.poll()
+    logged = [getattr(r, "fields", {}) for r in caplog.records if r.name == "forwarder.approvals.reader"]
+    ours = [f for f in logged if f.get("outcome") == "rejected"]
+    assert ours and ours[0]["reason"].startswith("stale") and ours[0]["eventId"] == event_id
