@@ -29,10 +29,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    runner = Runner(
-        args.app, args.settings, app_dir=args.app_dir, host_json=args.host_json, http_port=args.port
-    )
-    runner.start()
+    runner = None
+    try:
+        runner = Runner(
+            args.app, args.settings, app_dir=args.app_dir, host_json=args.host_json, http_port=args.port
+        )
+        runner.start()
+    except (ValueError, RuntimeError, ImportError, OSError) as exc:  # SettingsError is a ValueError
+        logging.getLogger("sandbox.functions").error("cannot start: %s: %s", type(exc).__name__, exc)
+        if runner is not None:
+            runner.stop()
+        return 2
     while not stopping.wait(1.0):
         pass
     runner.stop()

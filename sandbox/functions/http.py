@@ -122,7 +122,8 @@ class HttpTriggers:
         self.thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self.thread is not None:  # shutdown() would wait forever for a loop that never started
+            self.server.shutdown()
         self.server.server_close()
 
     def match(self, method: str, path: str) -> Tuple[Optional[HttpRoute], Dict[str, str], List[str]]:

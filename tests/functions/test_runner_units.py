@@ -222,3 +222,20 @@ def test_ncrontab_six_fields_seconds_first() -> None:
 def test_invalid_schedules_are_refused(schedule: str) -> None:
     with pytest.raises(ValueError):
         next_occurrence_function(schedule)
+
+
+def test_runner_refuses_to_start_when_a_binding_setting_is_missing(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "local.settings.json"
+    path.write_text(json.dumps({"Values": {"FUNCTIONS_WORKER_RUNTIME": "python"}}))
+    result = subprocess.run(
+        [sys.executable, "-m", "sandbox.functions", "--settings", str(path), "--port", "0"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "EVENTHUB_NAME" in result.stderr and "does not define" in result.stderr
