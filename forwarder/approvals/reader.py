@@ -91,7 +91,9 @@ class ApprovalReader:
         self._scheduled = scheduled
 
     def interval(self) -> float:
-        if self._scheduled and not self.queue_missing:
+        # Fast while Scheduled even if the queue is missing: central creates it with its first
+        # approval, which is exactly what a new Scheduled event is about to bring.
+        if self._scheduled:
             return self.settings.fast_interval
         return self.settings.slow_interval
 
