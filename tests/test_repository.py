@@ -19,12 +19,16 @@ def test_layout_entry_exists(name: str) -> None:
 
 
 def _python39() -> str | None:
-    found = shutil.which("python3.9")
+    """A working Python 3.9: pyenv's real binary first (its shim may point at no version)."""
     pyenv = Path.home() / ".pyenv" / "versions"
-    if not found and pyenv.is_dir():
-        candidates = sorted(pyenv.glob("3.9*/bin/python3.9"))
-        found = str(candidates[-1]) if candidates else None
-    return found
+    candidates = sorted(str(p) for p in pyenv.glob("3.9*/bin/python3.9")) if pyenv.is_dir() else []
+    found = shutil.which("python3.9")
+    for candidate in [*reversed(candidates), *([found] if found else [])]:
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0 and "(3, 9)" in probe.stdout:
+            return candidate
+    return None
 
 
 def test_forwarder_and_schemas_compile_on_python39() -> None:
