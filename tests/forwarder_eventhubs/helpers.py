@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import requests
 from azure.eventhub import EventHubConsumerClient
 
 from sandbox import processes
@@ -117,11 +116,8 @@ class Consumer:
 
 
 def current_incarnation(imds: processes.Server, vm: str = "vm0") -> int:
-    resp = requests.get(f"{imds_url(imds, vm)}/metadata/scheduledevents",
-                        params={"api-version": "2020-07-01"}, headers={"Metadata": "true"}, timeout=10,
-                        proxies={"http": "", "https": ""})
-    resp.raise_for_status()
-    return int(resp.json()["DocumentIncarnation"])
+    """The VM's incarnation from the admin API (outside the VM's IMDS rate limit and request log)."""
+    return int(admin(imds, "GET", f"/vms/{vm}/document")["DocumentIncarnation"])
 
 
 def eh_forwarder(imds: processes.Server, state_dir: Path, connection_string: str, vm: str = "vm0",
