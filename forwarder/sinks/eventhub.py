@@ -49,6 +49,7 @@ class EventHubSettings:
     client_id: str = ""            # user-assigned managed identity; empty = system-assigned
     retry_total: int = 1           # the SDK's own retries; the publisher does the real backoff
     send_timeout: float = 10.0     # seconds one send_batch may take before it counts as failed
+    use_tls: bool = True           # False only to reach a plain-TCP sandbox server with managed identity
 
     def check(self) -> None:
         if self.connection_string:
@@ -121,7 +122,7 @@ class EventHubSink:
         if self._credential is None:
             raise SinkError("no credential for the managed-identity Event Hubs client", retryable=False)
         return EventHubProducerClient(fully_qualified_namespace=s.namespace, eventhub_name=s.eventhub_name,
-                                      credential=self._credential, **retry)
+                                      credential=self._credential, use_tls=s.use_tls, **retry)
 
     def _producer(self) -> Any:
         if self._client is None:
