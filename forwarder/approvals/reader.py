@@ -195,8 +195,7 @@ class ApprovalReader:
             return self._poison(item)
         try:
             approval = msgs.validate(msgs.decode(item.content))
-        except msgs.Rejected as exc:
-            log.warning("approval message %s rejected: %s", item.id, exc.reason)
+        except msgs.Rejected as exc:  # logged once, with the result, in handle()
             self._keep_copy(item, exc.reason)
             return self._rejected(item, exc.reason)
         earlier = self.ledger.message(approval.message_id)
@@ -210,19 +209,12 @@ class ApprovalReader:
             return ApprovalResult.from_record(earlier)
         entry = self.ledger.event(approval.event_id)
         resuming = entry is not None and entry.get("messageId") == approval.message_id
-        if (
-            not resuming
-        ):  # a pass interrupted after these checks passed skips them (it may be expired now)
+        # A pass interrupted after these checks passed skips them (the message may be expired now).
+        if not resuming:
             try:
                 msgs.check_addressed(approval, self.approver.vm_id, self.approver.vm_name)
                 msgs.check_fresh(approval, datetime.now(timezone.utc), self.settings.max_clock_skew)
             except msgs.Rejected as exc:
-                log.warning(
-                    "approval message %s for event %s rejected: %s",
-                    approval.message_id,
-                    approval.event_id,
-                    exc.reason,
-                )
                 return ApprovalResult(
                     event_id=approval.event_id,
                     outcome=REJECTED,
