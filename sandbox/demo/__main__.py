@@ -1,0 +1,62 @@
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE]`: run the demo, print the timeline and the
+checks; exit 0 only if every check holds (1: a check failed, 130: interrupted)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, List, Optional
+
+from sandbox.demo import timeline
+from sandbox.demo.run import WORK, Outcome, run
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds into run()'s finally: every PID is stopped
+
+
+def write_evidence(outcome: Outcome, path: Path) -> None:
+    """Everything the checks were made from, as JSON (tests/e2e asserts on it)."""
+    doc = {"t0": outcome.t0, "error": outcome.error, "ok": outcome.ok,
+           "scenes": [{"key": s.key, "eventId": s.event_id, "approver": s.approver,
+                       "spec": s.spec, "created": s.created} for s in outcome.plan],
+           "checks": [asdict(c) for c in outcome.checks],
+           "evidence": asdict(outcome.evidence) if outcome.evidence is not None else None}
+    path.write_text(json.dumps(doc, default=str, indent=1))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
+    parser.add_argument("--work", type=Path, default=WORK, help="logs, state, settings (wiped first)")
+    parser.add_argument("--evidence", type=Path, default=None, help="also write the evidence as JSON")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    try:
+        outcome = run(args.work, say=lambda text: print(text, flush=True))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process was stopped", file=sys.stderr, flush=True)
+        return 130
+    if outcome.evidence is not None:
+        print("\ntimeline (" + timeline.legend() + ")")
+        print(timeline.render(timeline.build(outcome.plan, outcome.evidence), outcome.t0))
+    print("\nchecks:")
+    for c in outcome.checks:
+        print(f"  [{'ok' if c.ok else 'FAIL'}] {c.scene} {c.what}" + (f": {c.detail}" if c.detail else ""))
+    if outcome.error:
+        print(f"  [FAIL] {outcome.error}")
+    if args.evidence is not None:
+        write_evidence(outcome, args.evidence)
+    missing = [c for c in outcome.checks if not c.ok]
+    verdict = "passed" if outcome.ok else f"FAILED ({len(missing)} check(s) missing)"
+    print(f"\ndemo {verdict} in {time.monotonic() - started:.1f} s (logs in {args.work})", flush=True)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

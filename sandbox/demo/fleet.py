@@ -1,0 +1,288 @@
+"""The demo's fleet: every process of the pipeline, started on loopback and stopped by PID.
+
+Azurite, the sandbox Event Hubs server, one IMDS simulator serving the VMs, the webhook receiver,
+the Functions runner running the real function_app.py, and one forwarder process per VM (Event Hubs
+sink, approval queue in Azurite, a drain hook). Used by `python -m sandbox.demo`, the end-to-end test
+and `bench.approval_loop`, so the wiring exists once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import requests
+
+from sandbox import processes
+from sandbox.imds.client import ImdsSimulator
+
+HUB = "scheduled-events"
+CONSUMER_GROUP = "central"
+TABLE_PREFIX = "demo"
+FUNCTION_KEY = "demo-local-function-key"  # the local runner's key (not a secret: loopback only)
+HOOK_SECONDS = 1.0  # what the drain hook "takes"
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    name: str
+    tags: Dict[str, str] = field(default_factory=dict)
+
+    def simulator_arg(self) -> str:
+        return json.dumps({"name": self.name, "tags": self.tags})
+
+
+# Two VMs share an availability set (IMDS does not name it, so a tag does; docs/central.md).
+FLEET = (
+    VmSpec("vm-a", {"role": "web"}),
+    VmSpec("vm-b", {"role": "db", "avset": "avset-db"}),
+    VmSpec("vm-c", {"role": "db", "avset": "avset-db", "priority": "spot"}),
+)
+
+# The scenario's central policy (POLICY_JSON). The built-in defaults follow these rules: User -> approve,
+# a short Freeze -> approve, anything else -> approve-after-hook.
+POLICY: Dict[str, Any] = {
+    "version": 1,
+    "description": "make demo: drain before a Redeploy; short-notice events are the VM's own (fast path)",
+    "rules": [
+        {"name": "short-notice-on-vm", "match": {"eventTypes": ["Preempt", "Terminate"]},
+         "action": "hold", "severity": "warning"},
+        {"name": "drain-before-redeploy", "match": {"eventTypes": ["Redeploy"]},
+         "action": "approve-after-hook", "severity": "warning"},
+    ],
+}
+
+
+@dataclass
+class FleetSettings:
+    work: Path                                  # logs, state, hooks, settings (wiped at start)
+    vms: Sequence[VmSpec] = FLEET
+    time_scale: float = 5.0                     # simulated seconds per real second
+    poll_interval: float = 1.0                  # forwarder IMDS polls (IMDS recommends 1 s)
+    heartbeat_interval: float = 5.0
+    approval_fast_interval: float = 2.0         # the forwarder's defaults
+    approval_slow_interval: float = 60.0
+    reevaluate_schedule: str = "*/2 * * * * *"  # central's timer (NCRONTAB, seconds first)
+    policy: Dict[str, Any] = field(default_factory=lambda: dict(POLICY))
+    local_approve: bool = True                  # the fast path approves Preempt/Terminate itself
+    hook_seconds: float = HOOK_SECONDS
+    queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
+
+
+class Fleet:
+    """Start with `start()` (or `with Fleet(...)`), stop with `stop()`: every child by its PID."""
+
+    def __init__(self, settings: FleetSettings) -> None:
+        self.settings = settings
+        self.work = settings.work
+        self.servers: Dict[str, processes.Server] = {}
+        self.forwarders: Dict[str, processes.Server] = {}
+        self.imds: Optional[ImdsSimulator] = None
+
+    # ---- paths ---------------------------------------------------------------------------------
+    @property
+    def hook_record(self) -> Path:
+        return self.work / "hooks.jsonl"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.work / "central" / "local.settings.json"
+
+    def vm_dir(self, name: str) -> Path:
+        return self.work / name
+
+    @property
+    def storage(self) -> str:
+        return self.servers["azurite"].extra["connection_string"]
+
+    @property
+    def runner_url(self) -> str:
+        return f"http://{processes.LOOPBACK}:{self.servers['functions'].port}"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"http://{processes.LOOPBACK}:{self.servers['webhook'].port}"
+
+    # ---- start / stop --------------------------------------------------------------------------
+    def __enter__(self) -> Fleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+        try:
+            self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_all(self) -> None:
+        s = self.settings
+        self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
+        self.servers["eventhubs"] = processes.start_eventhubs((f"{HUB}=4",), log_dir=self.work)
+        imds_args = ["--time-scale", f"{s.time_scale:g}"]
+        for vm in s.vms:
+            imds_args += ["--vm", vm.simulator_arg()]
+        self.servers["imds"] = processes.start_imds(imds_args, log_dir=self.work)
+        self.imds = ImdsSimulator(f"http://{processes.LOOPBACK}:{self.servers['imds'].port}")
+        self.servers["webhook"] = processes.start_webhook_receiver(
+            ["--record", str(self.work / "alerts.jsonl")], log_dir=self.work)
+        self.servers["functions"] = self._start_runner()
+        for vm in s.vms:
+            self.forwarders[vm.name] = self._start_forwarder(vm)
+
+    def stop(self) -> None:
+        """Forwarders first (they publish their last words), then central, then the stand-ins.
+        A second Ctrl-C while stopping is ignored, so no child is left behind."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._stop_all()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _stop_all(self) -> None:
+        order = [*self.forwarders.values(), *(self.servers[n] for n in
+                 ("functions", "webhook", "imds", "eventhubs", "azurite") if n in self.servers)]
+        for server in order:
+            try:
+                server.stop(timeout=10)
+            except Exception as exc:  # noqa: BLE001 - keep stopping the others
+                print(f"could not stop {server.name} (pid {server.pid}): {exc}", file=sys.stderr)
+        if self.imds is not None:
+            self.imds.close()
+        self.forwarders.clear()
+        self.servers.clear()
+
+    def alive(self) -> List[str]:
+        """Names of children that have exited (a crash shows here before anything else does)."""
+        return [f"{s.name} (exit {s.proc.returncode}, log {s.log_path})"
+                for s in [*self.servers.values(), *self.forwarders.values()] if s.proc.poll() is not None]
+
+    # ---- central: the Functions runner with a generated local settings file -------------------
+    def _start_runner(self) -> processes.Server:
+        s = self.settings
+        values = {
+            "FUNCTIONS_WORKER_RUNTIME": "python",
+            "AzureWebJobsStorage": self.storage,
+            "ApprovalStorage": self.storage,
+            "EventHubConnection": processes.eventhubs_connection_string(self.servers["eventhubs"].port, HUB),
+            "EVENTHUB_NAME": HUB,
+            "EVENTHUB_CONSUMER_GROUP": CONSUMER_GROUP,
+            "TABLE_PREFIX": TABLE_PREFIX,
+            "POLICY_JSON": json.dumps(s.policy),
+            "ALERT_WEBHOOK_URL": f"{self.webhook_url}/alerts/demo",
+            "ALERT_WEBHOOK_FORMAT": "generic",
+            "REEVALUATE_SCHEDULE": s.reevaluate_schedule,
+            "LEADER_LIVENESS_SECONDS": "60",
+        }
+        self.settings_file.parent.mkdir(parents=True, exist_ok=True)
+        self.settings_file.write_text(json.dumps(
+            {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}}}, indent=2))
+        port = processes.free_port()
+        argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
+                "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
+        return processes.start("functions", argv, {"http": port}, log_dir=self.work, timeout=60)
+
+    # ---- a forwarder per VM ---------------------------------------------------------------------
+    def _write_hook(self, vm: VmSpec) -> Path:
+        """pre-approve.d/10-drain: prints, records its start and end, takes ~1 s, exits 0.
+
+        The forwarder runs only hooks owned by us and not group/world-writable, in directories with
+        the same rules (forwarder/hooks.py), hence the explicit modes."""
+        hook_dir = self.vm_dir(vm.name) / "hooks"
+        pre = hook_dir / "pre-approve.d"
+        pre.mkdir(parents=True)
+        for d in (hook_dir, pre):
+            d.chmod(0o755)
+        script = pre / "10-drain"
+        script.write_text(_HOOK.format(python=sys.executable, record=str(self.hook_record),
+                                       seconds=self.settings.hook_seconds))
+        script.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+        return hook_dir
+
+    def _start_forwarder(self, vm: VmSpec) -> processes.Server:
+        s = self.settings
+        home = self.vm_dir(vm.name)
+        hook_dir = self._write_hook(vm)
+        config = home / "config.json"
+        config.write_text("{}")
+        queue = self.storage
+        if s.queue_port:
+            ports = self.servers["azurite"].ports
+            queue = processes.azurite_connection_string(ports["blob"], s.queue_port, ports["table"])
+        argv = [sys.executable, "-m", "forwarder", "run", "--config", str(config),
+                "--imds-url", f"{self.imds.vm_url(vm.name) if self.imds else ''}",
+                "--state-dir", str(home / "state"), "--sink", "eventhub",
+                "--poll-interval", f"{s.poll_interval:g}",
+                "--heartbeat-interval", f"{s.heartbeat_interval:g}",
+                "--approval-fast-interval", f"{s.approval_fast_interval:g}",
+                "--approval-slow-interval", f"{s.approval_slow_interval:g}",
+                "--approval-visibility-timeout", "60", "--hook-dir", str(hook_dir), "--hook-timeout", "20",
+                "--local-approve", "true" if s.local_approve else "false"]
+        # Connection strings through the environment, not argv (ps shows argv to every local user).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
+        env["SE_FORWARDER_EVENTHUB_CONNECTION_STRING"] = processes.eventhubs_connection_string(
+            self.servers["eventhubs"].port, HUB)
+        env["SE_FORWARDER_QUEUE_CONNECTION_STRING"] = queue
+        return processes.start(f"forwarder-{vm.name}", argv, {}, log_dir=home, env=env)
+
+    # ---- what the fleet knows -------------------------------------------------------------------
+    def central(self, path: str) -> Any:
+        session = requests.Session()
+        session.trust_env = False
+        resp = session.get(f"{self.runner_url}/api/{path}", headers={"x-functions-key": FUNCTION_KEY},
+                           timeout=10)
+        resp.raise_for_status()
+        return resp.json()
+
+    def wait_until_central_knows_every_vm(self, timeout: float = 45.0) -> float:
+        """Central elects leaders among the VMs it has heard from: wait for every forwarder's first
+        envelope. Returns the seconds it took."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            dead = self.alive()
+            if dead:
+                raise RuntimeError("a process exited early: " + "; ".join(dead))
+            try:
+                if int(self.central("health").get("knownVms", 0)) >= len(self.settings.vms):
+                    return time.monotonic() - t0
+            except (requests.RequestException, ValueError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"central did not hear from all {len(self.settings.vms)} forwarders within "
+                           f"{timeout:g} s; see {self.work}/*/forwarder-*.log and {self.work}/functions.log")
+
+
+_HOOK = """#!{python}
+# Demo drain hook (generated by sandbox/demo/fleet.py): prints, records, takes a moment, succeeds.
+import json, os, time
+record = {record!r}
+env = os.environ.get
+def note(what):
+    with open(record, "a", encoding="utf-8") as f:
+        f.write(json.dumps({{"t": time.time(), "what": what, "vm": env("SE_VM_NAME"),
+                            "eventId": env("SE_EVENT_ID"), "eventType": env("SE_EVENT_TYPE"),
+                            "decidedBy": env("SE_DECIDED_BY")}}) + "\\n")
+note("start")
+print("draining", env("SE_VM_NAME"), "for", env("SE_EVENT_TYPE"), env("SE_EVENT_ID"))
+time.sleep({seconds})
+note("end")
+print("drained")
+"""

@@ -1,0 +1,185 @@
+"""The full loop, end to end: `python -m sandbox.demo` (every real process) exits 0, and its evidence
+(the simulator's request log and events, central's tables, the alerts as delivered, the hook's record)
+shows each event approved exactly once by the expected VM, in the expected way.
+
+One demo run serves every assertion (it takes ~45 s); a second test interrupts a run and checks no
+child process survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Set
+
+import pytest
+
+from central.store import get_json
+from sandbox import processes
+
+RUN_TIMEOUT = 115  # the demo bounds itself well below this
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("demo")
+    evidence = tmp / "evidence.json"
+    proc = subprocess.run([sys.executable, "-m", "sandbox.demo", "--work", str(tmp / "work"),
+                           "--evidence", str(evidence)], cwd=processes.REPO, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT)
+    doc = json.loads(evidence.read_text()) if evidence.exists() else {}
+    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, **doc}
+
+
+def _scene(demo: Dict[str, Any], key: str) -> Dict[str, Any]:
+    return next(s for s in demo["scenes"] if s["key"] == key)
+
+
+def _posts(demo: Dict[str, Any], event_id: str) -> List[Dict[str, Any]]:
+    return [p for p in demo["evidence"]["posts"]
+            if event_id in [r["EventId"] for r in json.loads(p["body"])["StartRequests"]]]
+
+
+def _event_row(demo: Dict[str, Any], event_id: str) -> Dict[str, Any]:
+    rows = [r for r in demo["evidence"]["tables"]["Events"] if r["EventId"] == event_id]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _results(demo: Dict[str, Any], event_id: str, outcome: str) -> List[Dict[str, Any]]:
+    return [r for r in demo["evidence"]["tables"]["Decisions"]
+            if r["EventId"] == event_id and r["Action"] == "result" and r["State"] == outcome]
+
+
+def _hooks(demo: Dict[str, Any], event_id: str) -> List[Dict[str, Any]]:
+    return [h for h in demo["evidence"]["hooks"] if h["eventId"] == event_id]
+
+
+def test_demo_exits_0_with_every_check_passed(demo: Dict[str, Any]) -> None:
+    assert demo["rc"] == 0, demo["out"][-6000:]
+    assert demo["checks"] and all(c["ok"] for c in demo["checks"]), [c for c in demo["checks"] if not c["ok"]]
+    assert "demo passed" in demo["out"]
+
+
+def test_the_freeze_is_approved_exactly_once_by_the_leader(demo: Dict[str, Any]) -> None:
+    freeze = _scene(demo, "b")
+    assert freeze["spec"]["resources"] == ["vm-b", "vm-c"]
+    posts = _posts(demo, freeze["eventId"])
+    assert [(p["vm"], p["status"]) for p in posts] == [("vm-b", 200)]  # one POST, the leader's
+    sim = demo["evidence"]["sim_events"][freeze["eventId"]]
+    assert sim["audience"] == ["vm-b", "vm-c"] and sim["approvedBy"] == ["vm-b"]
+    row = _event_row(demo, freeze["eventId"])
+    assert row["LeaderVmName"] == "vm-b" and row["ApprovalCount"] == 1
+    assert set(get_json(row, "ReportedBy", {})) == {"vm-b", "vm-c"}  # both VMs reported it
+    assert [r["LeaderVmName"] for r in _results(demo, freeze["eventId"], "approved")] == ["vm-b"]
+
+
+def test_the_user_reboot_is_approved_at_once(demo: Dict[str, Any]) -> None:
+    reboot = _scene(demo, "a")
+    assert [(p["vm"], p["status"]) for p in _posts(demo, reboot["eventId"])] == [("vm-a", 200)]
+    approvals = get_json(_event_row(demo, reboot["eventId"]), "Approvals", [])
+    assert [(a["vmName"], a["action"], a["decidedBy"]) for a in approvals] == [
+        ("vm-a", "approve", "policy:default:user-initiated")]
+    assert not _hooks(demo, reboot["eventId"])
+
+
+def test_the_redeploy_is_approved_only_after_the_drain_hook(demo: Dict[str, Any]) -> None:
+    redeploy = _scene(demo, "c")
+    (post,) = _posts(demo, redeploy["eventId"])
+    assert post["vm"] == "vm-a" and post["status"] == 200
+    runs = _hooks(demo, redeploy["eventId"])
+    assert [(h["vm"], h["what"]) for h in runs] == [("vm-a", "start"), ("vm-a", "end")]
+    assert runs[0]["decidedBy"] == "policy:drain-before-redeploy"
+    assert runs[1]["t"] <= post["t"]  # drained, then approved
+    approvals = get_json(_event_row(demo, redeploy["eventId"]), "Approvals", [])
+    assert [(a["vmName"], a["action"]) for a in approvals] == [("vm-a", "hook-then-approve")]
+
+
+def test_the_preempt_is_approved_locally(demo: Dict[str, Any]) -> None:
+    preempt = _scene(demo, "d")
+    (post,) = _posts(demo, preempt["eventId"])
+    assert post["vm"] == "vm-c" and post["status"] == 200
+    row = _event_row(demo, preempt["eventId"])
+    assert get_json(row, "Approvals", []) == []  # central held it; nothing was sent
+    assert [(r["LeaderVmName"], r["DecidedBy"]) for r in _results(demo, preempt["eventId"], "approved")] == [
+        ("vm-c", "local:fastpath")]
+    runs = _hooks(demo, preempt["eventId"])
+    assert [(h["vm"], h["what"]) for h in runs] == [("vm-c", "start"), ("vm-c", "end")]
+    assert runs[1]["t"] <= post["t"]
+
+
+def test_every_event_started_and_ended_with_one_alert_per_status(demo: Dict[str, Any]) -> None:
+    alerts = [a["body"] for a in demo["evidence"]["alerts"]]
+    assert all(n == 1 for n in Counter(a["key"] for a in alerts).values())  # none delivered twice
+    for scene in demo["scenes"]:
+        event_id = scene["eventId"]
+        sim = demo["evidence"]["sim_events"][event_id]
+        assert sim["state"] == "Completed" and sim["startedAt"] and sim["goneAt"]
+        row = _event_row(demo, event_id)
+        assert row["Status"] == "Completed" and row["EverStarted"] is True
+        statuses = sorted(a["status"] for a in alerts if a.get("eventId") == event_id)
+        assert statuses == ["Completed", "Scheduled", "Started"], (scene["key"], statuses)
+    assert not [a for a in alerts if a["kind"] != "event-status"]
+
+
+def test_no_duplicate_rows(demo: Dict[str, Any]) -> None:
+    tables = demo["evidence"]["tables"]
+    incs = Counter((r["VmId"], r["Incarnation"]) for r in tables["Incarnations"])
+    assert incs and all(n == 1 for n in incs.values())
+    results = Counter((r["EventId"], r["LeaderVmName"], r["State"])
+                      for r in tables["Decisions"] if r["Action"] == "result")
+    assert results and all(n == 1 for n in results.values()), results
+    assert len({r["EventId"] for r in tables["Events"]}) == len(tables["Events"]) == 4
+
+
+def _descendants(pid: int) -> Set[int]:
+    found: Set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = {int(k) for k in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += list(kids - found)
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list child processes")
+def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.demo", "--work", str(tmp_path / "work")],
+                            cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        line = ""
+        while time.monotonic() < deadline and "scene a" not in line:
+            line = proc.stdout.readline()
+            assert line, "the demo ended before its first scene"
+        children = _descendants(proc.pid)
+        assert len(children) >= 8  # azurite, eventhubs, imds, webhook, functions, 3 forwarders
+        os.kill(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 130, rest
+    assert "every process was stopped" in rest
+    assert [pid for pid in children if _alive(pid)] == []
