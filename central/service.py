@@ -40,7 +40,7 @@ ALERT_CLAIMS = "alerts"  # the Claims partition of alert keys (one transaction c
 ENDED_KEEP = timedelta(hours=24)  # ended events stay in memory so a late report cannot revive them
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
-IMPACTING_STATES = ("approving", "approved")
+IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
 
 
 class UnknownEvent(LookupError):
