@@ -9,6 +9,7 @@ DefaultAzureCredential (developer sign-in). Every name is listed in central/app_
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -67,7 +68,9 @@ class CentralSettings:
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
         prefix = (s.get("TABLE_PREFIX") or "").strip()
-        if prefix and not (prefix.isalnum() and prefix[0].isalpha() and len(prefix) <= 40):
+        if prefix and not re.fullmatch(
+            r"[A-Za-z][A-Za-z0-9]{0,39}", prefix
+        ):  # Table names: ASCII letters/digits
             raise SettingsError(
                 f"TABLE_PREFIX must be letters and digits starting with a letter (<= 40), got {prefix!r}"
             )

@@ -91,3 +91,12 @@ def test_envelope_parsing() -> None:
     bad = envelopes.parse_body(json.dumps(dict(good, partitionkey="other")))
     assert isinstance(bad, envelopes.BadEnvelope) and bad.errors[0]["path"] == "/partitionkey"
     assert isinstance(envelopes.parse_body(b"\xff\xfe"), envelopes.BadEnvelope)
+
+
+@pytest.mark.parametrize("prefix", ["1abc", "a-b", "é", "a" * 41])
+def test_bad_table_prefix_is_a_clear_error(prefix: str) -> None:
+    from central.settings import CentralSettings, SettingsError
+
+    with pytest.raises(SettingsError, match="TABLE_PREFIX"):
+        CentralSettings.from_mapping({"TABLE_PREFIX": prefix})
+    assert CentralSettings.from_mapping({"TABLE_PREFIX": "prod1"}).table_prefix == "prod1"
