@@ -244,6 +244,7 @@ class Connection:
         # The client's credit: its delivery count plus credit, less what we have sent.
         remote_count = f[5] if f[5] is not None else 0
         link.credit = remote_count + (f[6] or 0) - link.delivery_count
+        log.debug("flow on %s: count %s credit %s -> %d", link.address.raw, f[5], f[6], link.credit)
         self._send_outbox(session, link)
         if f[8] and link.credit > 0 and not link.outbox and link.task is None:
             link.delivery_count += link.credit  # drain: nothing to send, use the credit up
