@@ -28,6 +28,10 @@ SCHEDULED_EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 
 RETRY_STATUSES = frozenset({410, 429, 500, 502, 503, 504})
+# Most bytes read from one IMDS answer. A real document is a few KB (a scale-set placement group's
+# Resources list stays far below this) and an envelope must fit an Event Hubs message (1 MB), so a
+# bigger body is never useful: it is refused unread instead of filling memory.
+MAX_BODY_BYTES = 1024 * 1024
 GONE_RETRY_SECONDS = 70.0  # the docs: retry a 410 for at most 70 s
 
 
@@ -58,6 +62,14 @@ class ImdsRejected(ImdsError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class ImdsTooLarge(ImdsRejected):
+    """IMDS answered a body larger than MAX_BODY_BYTES: not read further, not retried at once.
+
+    What to do: nothing on the VM; a real IMDS never sends this much. Check `--imds-url` points at
+    IMDS and nothing in between (a captive proxy, a misconfigured simulator) rewrites the answer.
+    """
 
 
 class ImdsStopped(ImdsError):
@@ -196,11 +208,12 @@ class ImdsClient:
                 raise ImdsUnavailable(f"{exc}; retry later") from exc
             t0 = time.monotonic()
             try:
-                resp = self._session.request(
+                with self._session.request(
                     method, url, params={"api-version": api_version}, json=json_body,
                     headers={"Metadata": "true"}, timeout=self._timeout(), allow_redirects=False,
-                )
-                status, text = resp.status_code, resp.text
+                    stream=True,  # read the body ourselves, capped (see _read_capped)
+                ) as resp:
+                    status, text = resp.status_code, self._read_capped(resp, method, url)
                 self._record(status, None)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 status, text = None, ""
@@ -234,6 +247,30 @@ class ImdsClient:
             with self._lock:
                 self.health.retries += 1
             self._sleep(delay)
+
+    def _read_capped(self, resp: requests.Response, method: str, url: str) -> str:
+        """The body as text, reading at most MAX_BODY_BYTES (+1 to notice more). Raises ImdsTooLarge."""
+        declared = resp.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            self._too_large(resp.status_code, method, url, f"Content-Length {declared}")
+        chunks: List[bytes] = []
+        size = 0
+        for chunk in resp.iter_content(chunk_size=64 * 1024):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                self._too_large(resp.status_code, method, url, f"more than {MAX_BODY_BYTES} bytes sent")
+        return b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
+
+    def _too_large(self, status: int, method: str, url: str, what: str) -> None:
+        self._record(status, f"body too large ({what})")
+        with self._lock:
+            self._answered = True
+        raise ImdsTooLarge(
+            f"IMDS {method} {url} answered HTTP {status} with a body larger than the "
+            f"{MAX_BODY_BYTES}-byte limit ({what}); not read. A real IMDS never sends this much: "
+            f"check --imds-url and that nothing between this VM and IMDS rewrites answers.",
+            status=status, body="")
 
     def _record(self, status: Optional[int], error: Optional[str]) -> None:
         with self._lock:
