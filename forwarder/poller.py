@@ -50,10 +50,36 @@ class Parsed:
     errors: List[Dict[str, str]]
 
 
+MAX_DEPTH = 32  # a real document nests 4 levels; deeper is hostile (and would exhaust the stack)
+
+
+def _depth_over(obj: Any, limit: int) -> bool:
+    """True if `obj` nests deeper than `limit` (iterative: no recursion on hostile input)."""
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _load(text: str) -> Any:
+    """json.loads, bounded: raises ValueError (never RecursionError) on nesting too deep."""
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    if _depth_over(document, MAX_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    return document
+
+
 def parse(text: str) -> Parsed:
     """Parse and validate a scheduled-events body. `errors` empty means a valid document."""
     try:
-        document = json.loads(text)
+        document = _load(text)
     except ValueError as exc:
         return Parsed(None, None, [{"path": "/", "message": f"not JSON: {exc}"[:300]}])
     errors = schemas.errors(IMDS_SCHEMA, document)
