@@ -65,10 +65,22 @@ def _depth_over(obj: Any, limit: int) -> bool:
     return False
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (RFC 8259)")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {literal[:40]} is out of range")
+    return value
+
+
 def _load(text: str) -> Any:
-    """json.loads, bounded: raises ValueError (never RecursionError) on nesting too deep."""
+    """json.loads, strict and bounded: raises ValueError (never RecursionError) on nesting too deep,
+    on NaN/Infinity and on numbers that overflow a float (the envelope must stay strict JSON)."""
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
     if _depth_over(document, MAX_DEPTH):
