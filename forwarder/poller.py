@@ -85,6 +85,10 @@ def _load(text: str) -> Any:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
     if _depth_over(document, MAX_DEPTH):
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    try:  # an escaped lone surrogate ("\ud800") parses, but no UTF-8 outbox, file or hub can hold it
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff)") from None
     return document
 
 
