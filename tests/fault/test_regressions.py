@@ -1,0 +1,33 @@
+"""Minimal reproductions of bugs the fault suite found (each fixed in its own commit)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from central.service import CentralService
+from sandbox import processes
+from tests.central.factory import Vm, body, event
+
+from .central_rig import now
+
+
+def test_an_event_that_starts_while_its_approval_is_outstanding_does_not_break_the_batch(
+        azurite: processes.Server) -> None:
+    # Found by test_central_restarts: `rec.outstanding` is a property that turns None once its result is
+    # set, so the second `rec.outstanding.result_at` raised AttributeError and the batch was retried forever.
+    svc = CentralService.from_settings({"ApprovalStorage": azurite.extra["connection_string"],
+                                        "TABLE_PREFIX": "reg" + uuid.uuid4().hex[:8],
+                                        "ALERT_WEBHOOK_URL": ""})
+    vm = Vm(name="regvm0")
+    eid = str(uuid.uuid4()).upper()
+    scheduled = [event(eid, [vm.name], "Reboot", "Scheduled", not_before=now() + timedelta(hours=1))]
+    first = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
+    assert len(first.decisions) == 1
+    assert next(e for e in svc.pending() if e["eventId"] == eid)["approvals"], "an approval is outstanding"
+    now_started = [event(eid, [vm.name], "Reboot", "Started")]
+    started = svc.handle_batch([body(vm.incarnation_env(now_started, at=now()))])
+    assert started.processed == 1
+    view = next(e for e in svc.pending() if e["eventId"] == eid)
+    assert view["status"] == "Started"
+    assert view["approvals"][-1]["result"] == "event-started"
