@@ -22,7 +22,7 @@ from . import envelopes as env_mod
 from . import policy as policy_mod
 from . import rows
 from .alerts import Alert, Delivery, WebhookAlerter
-from .approvals import ApprovalSender, build_message
+from .approvals import ApprovalSender, build_message, queue_name
 from .envelopes import BadEnvelope, Envelope
 from .leader import elect
 from .registry import Approval, EventRecord
@@ -263,7 +263,8 @@ class CentralService:
                     raise InvalidRequest(f"cannot approve {event_id}: {problem}")
                 rec.operator_hold = False
                 if rec.outstanding is None:
-                    if not self._send_approval(rec, "approve", by, why, "operator-approve", "warning"):
+                    sent = self._send_approval(rec, "approve", by, why, "operator-approve", "warning")
+                    if not sent and rec.outstanding is None:  # (an adopted approval counts as sent)
                         detail = (
                             self._result.errors[-1] if self._result.errors else rec.decision.get("reason")
                         )
@@ -407,10 +408,11 @@ class CentralService:
             moved = rec.absorb(event, vm.vm_id, vm.name, self._now)
             self._dirty_events.add(event_id)
             if moved:
-                if rec.status == "Started" and rec.outstanding is not None:
+                outstanding = rec.outstanding  # a property: None as soon as its result is set
+                if rec.status == "Started" and outstanding is not None:
                     # it started (approved by the leader, another VM, or NotBefore): nothing is outstanding
-                    rec.outstanding.result = "event-started"
-                    rec.outstanding.result_at = self._now
+                    outstanding.result = "event-started"
+                    outstanding.result_at = self._now
                 self._status_alert(rec)
         for event_id in vm.listed:
             if event_id in listed or event_id not in self.events:
@@ -709,9 +711,19 @@ class CentralService:
             rec.event_id, leader.vm_id, leader.name, msg_action, by, why, incarnation, self._now, expires
         )
         claim_key, claim_partition = f"{rec.event_id}:approval:{attempt}", rows.claim_partition(rec.event_id)
-        if not self.store.claim(claim_key, claim_partition, VmId=leader.vm_id, At=self._now):
-            rec.state = "approving-elsewhere"
-            log.info("approval %d of %s already claimed by another instance", attempt, rec.event_id)
+        claim = {
+            "VmId": leader.vm_id,
+            "VmName": leader.name,
+            "MessageId": message["messageId"],
+            "Action": msg_action,
+            "DecidedBy": by,
+            "At": self._now,
+            "ExpiresAt": expires,
+        }
+        if not self.store.claim(claim_key, claim_partition, **claim):
+            # another instance (or this one before a restart) sent attempt N: adopt it, so its
+            # expiry and failover are tracked here too and attempt N+1 never overlaps it
+            self._adopt(rec, attempt, self.store.read_claim(claim_key, claim_partition))
             return False
         try:
             queue = self.sender.send(message, self._now, expires)
@@ -754,6 +766,33 @@ class CentralService:
             force=True,
         )
         return True
+
+    def _adopt(self, rec: EventRecord, attempt: int, claim: Optional[Dict[str, Any]]) -> None:
+        if claim is None:  # claimed and released in between: the next evaluation tries again
+            return
+        sent_at = aware(claim.get("At")) if isinstance(claim.get("At"), datetime) else self._now
+        expires = aware(claim["ExpiresAt"]) if isinstance(claim.get("ExpiresAt"), datetime) else sent_at
+        rec.approvals.append(
+            Approval(
+                attempt,
+                str(claim.get("MessageId", "")),
+                str(claim.get("VmId", "")),
+                str(claim.get("VmName", "")),
+                queue_name(str(claim.get("VmId", ""))),
+                str(claim.get("Action", "approve")),
+                str(claim.get("DecidedBy", "")),
+                sent_at,
+                expires,
+            )
+        )
+        rec.state = "approving"
+        self._dirty_events.add(rec.event_id)
+        log.info(
+            "approval %d of %s was sent elsewhere (to %s); tracking it",
+            attempt,
+            rec.event_id,
+            claim.get("VmName"),
+        )
 
     def _record(
         self,
