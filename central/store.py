@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from azure.core.exceptions import AzureError, ResourceExistsError
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient, TableTransactionError, UpdateMode
 
 from . import batch_wire
@@ -187,6 +187,17 @@ class TableLog:
             except AzureError as exc:
                 raise StoreError(f"claims failed: {exc}") from exc
         return {k for k in keys if self.claim(k, partition, **columns)}
+
+    def read_claim(self, key: str, partition: str) -> Optional[Dict[str, Any]]:
+        """The claim row (who claimed, what they sent), or None if it is gone."""
+        try:
+            return dict(
+                self.service.get_table_client(self.name("Claims")).get_entity(partition, safe_key(key))
+            )
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise StoreError(f"claim {key!r} unreadable: {exc}") from exc
 
     def release(self, key: str, partition: str) -> None:
         """Give a claim back (the action it guarded did not happen). Best effort."""

@@ -418,5 +418,11 @@ def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
     r1 = first.handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev]))], now=T0)
     r2 = second.handle_batch([body(b.heartbeat()), body(b.incarnation_env([ev]))], now=T0)
     assert r1.approvals_sent + r2.approvals_sent == 1
-    assert len(env.messages(a.vm_id)) + len(env.messages(b.vm_id)) == 1
+    assert len(env.messages(a.vm_id)) == 1 and env.messages(b.vm_id) == []
     assert len(status_alerts(hook, "E-multi")) == 1
+    # the second instance adopted attempt 1 (to vm-a): it tracks it, and fails over only after it expired
+    assert second.pending()[0]["leader"]["vmName"] == "vm-a"
+    assert second.reevaluate(now=T0 + timedelta(seconds=60)) == []
+    decisions = second.reevaluate(now=T0 + timedelta(seconds=121))
+    assert [(d.action, d.leader_vm_name) for d in decisions] == [("failover", "vm-b")]
+    assert len(env.messages(b.vm_id)) == 1
