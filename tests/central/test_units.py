@@ -100,3 +100,27 @@ def test_bad_table_prefix_is_a_clear_error(prefix: str) -> None:
     with pytest.raises(SettingsError, match="TABLE_PREFIX"):
         CentralSettings.from_mapping({"TABLE_PREFIX": prefix})
     assert CentralSettings.from_mapping({"TABLE_PREFIX": "prod1"}).table_prefix == "prod1"
+
+
+def test_leader_election_rounds() -> None:
+    from datetime import timedelta
+
+    from central.leader import elect
+    from central.registry import Approval, EventRecord
+    from central.vms import VmState
+
+    live = timedelta(seconds=60)
+    vms = {n: VmState(f"id-{n}", n, last_seen=T0) for n in ("b", "a", "c")}
+    vms["c"].last_seen = T0 - timedelta(minutes=5)  # not live
+    rec = EventRecord("E", T0, resources=["c", "b", "a"])
+    assert elect(rec, vms, T0, live).name == "a"  # first live in sorted Resources
+
+    def tried(name: str, result: str) -> Approval:
+        return Approval(1, "m", f"id-{name}", name, "q", "approve", "p", T0, T0, result=result)
+
+    rec.approvals = [tried("a", "timeout")]
+    assert elect(rec, vms, T0, live).name == "b"
+    rec.approvals = [tried("a", "timeout"), tried("b", "post-failed")]
+    assert elect(rec, vms, T0, live).name == "a"  # second round: a only timed out; b could not POST
+    rec.approvals = [tried("a", "post-failed"), tried("b", "post-failed")]
+    assert elect(rec, vms, T0, live) is None
