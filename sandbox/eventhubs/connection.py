@@ -262,16 +262,22 @@ class Connection:
             raise ProtocolError(f"transfer on unknown or receiving handle {f[0]}")
         if link.partial_first is None:
             link.partial_first = f
-        link.partial.extend(f[-1])
+            link.oversize = False
+        if not link.oversize:
+            link.partial.extend(f[-1])
+            if len(link.partial) > MAX_MESSAGE_SIZE:  # keep reading its frames, but do not keep them
+                link.oversize, link.partial = True, bytearray()
         if f[5]:  # more frames follow
-            if len(link.partial) > MAX_MESSAGE_SIZE:
-                raise ProtocolError(f"message larger than {MAX_MESSAGE_SIZE} bytes")
             return
         first, payload = link.partial_first, bytes(link.partial)
         link.partial_first, link.partial = None, bytearray()
         link.credit -= 1
         link.delivery_count += 1
-        state = self._deliver(session, link, first[3], payload)
+        if link.oversize:
+            state = Rejected(error=AMQPError(condition=b"amqp:link:message-size-exceeded", info=None,
+                                             description=f"message larger than {MAX_MESSAGE_SIZE} bytes"))
+        else:
+            state = self._deliver(session, link, first[3], payload)
         if not first[4] and link.detached is False:  # not pre-settled: tell the sender it is stored
             self.send(channel, perf.DispositionFrame(role=True, first=first[1], last=first[1], settled=True,
                                                      state=state, batchable=None))

@@ -27,6 +27,7 @@ class Link:
     # A delivery arriving in several transfer frames.
     partial: bytearray = field(default_factory=bytearray)
     partial_first: Optional[List[Any]] = None
+    oversize: bool = False  # the delivery being read exceeds the maximum message size
     # Links we send on.
     next_sequence: int = 0
     outbox: Deque[bytes] = field(default_factory=deque)

@@ -167,3 +167,18 @@ def test_sends_are_settled_and_link_credit_is_respected(raw: RawClient) -> None:
     rest = [f for _ in range(3) for f in raw.until(0x14)]
     bodies = [codec.decode_payload(memoryview(f.fields[-1])).data[0] for f in first + rest if f.code == 0x14]
     assert bodies == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+
+
+def test_an_oversize_message_is_rejected_and_the_link_stays_up(raw: RawClient) -> None:
+    raw.send(_attach("s", 0, False, "raw/Partitions/0"))
+    raw.until(0x13)
+    chunk = b"z" * 60_000
+    for i in range(18):  # ~1.08 MB in one delivery, over the 1 MB limit
+        raw.send(codec.perf.TransferFrame(handle=0, delivery_id=0 if i == 0 else None,
+                                          delivery_tag=b"\x00" if i == 0 else None, message_format=0,
+                                          settled=False, more=i < 17, payload=chunk))
+    state = raw.until(0x15)[-1].fields[4]
+    assert "rejected" in state and b"message-size-exceeded" in str(state).encode()
+    raw.send(codec.perf.TransferFrame(handle=0, delivery_id=1, delivery_tag=b"\x01", message_format=0,
+                                      settled=False, more=False, payload=_message(b"fine")))
+    assert "accepted" in raw.until(0x15)[-1].fields[4]
