@@ -1,0 +1,136 @@
+"""Central (the real function_app.py in the Functions runner) SIGKILLed mid-batch, restarted, and the
+deliveries replayed and duplicated: still exactly one approval message per event, one alert per event per
+status change, one Incarnations row per incarnation.
+
+Every envelope is published twice (the copy in a later batch). Each restart reads with a NEW consumer
+group from the start of the hub: everything is redelivered (the worst case of a checkpoint lost with
+the instance) and no partition ownership left by the killed instance has to expire first. A kill lands
+while a batch is executing (between the runner's `Executing` and `Executed` lines).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sandbox import processes
+from tests.functions.conftest import RunnerFiles
+
+from .central_rig import (
+    HUB,
+    Fleet,
+    approval_messages,
+    log_counts,
+    publish,
+    runner_dir,
+    runner_settings,
+    start_central,
+    table_rows,
+    wait_for,
+    webhook_alerts,
+)
+
+FORMS = {"short": {"vms": 20, "kills": 3}, "full": {"vms": 60, "kills": 10}}
+STATUSES = ("Scheduled", "Started", "Completed")
+
+
+def new_runner(tmp: Path, n: int, storage: str, port: int, webhook_url: str) -> RunnerFiles:
+    """Settings for restart n: a new consumer group, so it reads the hub from the start (full replay)."""
+    files = runner_dir(tmp, n)
+    runner_settings(files, storage, port, f"replay{n}", webhook_url)
+    return files
+
+
+def kill_mid_batch(central: processes.Server, rng: random.Random, timeout: float = 60.0) -> bool:
+    """SIGKILL while an ingest call runs; True if it was mid-batch (else killed at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        counts = log_counts(central)
+        if counts["executing"] > counts["executed"]:
+            time.sleep(rng.uniform(0.0, 0.03))
+            central.kill()
+            return True
+        time.sleep(0.005)
+    central.kill()
+    return False
+
+
+@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=pytest.mark.slow)])
+def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tmp_path: Path) -> None:
+    rng = random.Random(11)  # noqa: S311 - reproducible fault timing
+    size = FORMS[form]
+    azurite = processes.start_azurite(log_dir=tmp_path)
+    hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=tmp_path)
+    webhook = processes.start_webhook_receiver(log_dir=tmp_path)
+    storage = azurite.extra["connection_string"]
+    conn = processes.eventhubs_connection_string(hub.port, HUB)
+    fleet = Fleet(size["vms"])
+    central = None
+    mid_batch = 0
+    try:
+        webhook_url = f"http://127.0.0.1:{webhook.port}/alerts-in"
+        waves = [fleet.wave(step) for step in range(3)]
+        kills = [size["kills"] // 3 + (1 if k < size["kills"] % 3 else 0) for k in range(3)]
+        published = 0
+        restarts = 0
+        for k, wave in enumerate(waves):
+            publish(conn, wave)  # each envelope twice, the copy in a later batch
+            publish(conn, wave)
+            published += 2 * len(wave)
+            for _ in range(kills[k]):
+                if central is None:
+                    central = start_central(new_runner(tmp_path, restarts, storage, hub.port, webhook_url))
+                    restarts += 1
+                mid_batch += kill_mid_batch(central, rng)
+                central = None
+            if central is None:
+                central = start_central(new_runner(tmp_path, restarts, storage, hub.port, webhook_url))
+                restarts += 1
+            # The wave is processed before the VMs move on (Scheduled is decided before Started arrives).
+            wait_for(lambda k=k: len(table_rows(storage, "Incarnations")) >= (k + 1) * len(fleet.vms),
+                     timeout=90, what=f"wave {k} recorded")
+            if k == 0:
+                wait_for(lambda: all(approval_messages(storage, vm.vm_id) for vm in fleet.vms), timeout=60,
+                         what="an approval for every event")
+        incarnations = 3 * len(fleet.vms)
+        wait_for(lambda: len(table_rows(storage, "Incarnations")) >= incarnations
+                 and all(r.get("Status") == "Completed" for r in table_rows(storage, "Events"))
+                 and len(table_rows(storage, "Events")) == len(fleet.vms),
+                 timeout=120, what="every incarnation recorded and every event Completed")
+        wait_for(lambda: len(webhook_alerts(webhook)) >= 3 * len(fleet.vms), timeout=60,
+                 what="the status alerts at the webhook")
+        time.sleep(3)  # a late duplicate would show up now (two timer rounds)
+        rows = table_rows(storage, "Incarnations")
+        alerts = webhook_alerts(webhook)
+        alert_rows = table_rows(storage, "Alerts")
+        queues = {vm.name: approval_messages(storage, vm.vm_id) for vm in fleet.vms}
+    finally:
+        if central is not None:
+            central.stop()
+        webhook.stop()
+        hub.stop()
+        azurite.stop()
+
+    assert mid_batch >= 1, "at least one kill landed while a batch was executing"
+    per_incarnation = Counter((r["VmId"], r["Incarnation"]) for r in rows)
+    assert len(per_incarnation) == incarnations and set(per_incarnation.values()) == {1}, \
+        "one row per incarnation"
+    for vm in fleet.vms:
+        event_id = fleet.events[vm.name]
+        mine = [m for m in queues[vm.name] if m["eventId"] == event_id]
+        assert len(mine) == 1, f"{vm.name}: {len(mine)} approval messages for {event_id}"
+    keys = Counter(a["key"] for a in alerts if a.get("kind") == "event-status")
+    expected = {f"{fleet.events[vm.name]}:{s}" for vm in fleet.vms for s in STATUSES}
+    assert set(keys) == expected, f"missing {sorted(expected - set(keys))[:5]}"
+    assert [k for k, c in keys.items() if c > 1] == [], "an alert sent twice"
+    row_keys = Counter(r["Key"] for r in alert_rows if r["Key"] in expected)
+    assert [k for k, c in row_keys.items() if c > 1] == [], "an Alerts row twice"
+    # Known gap (reported): a kill after the webhook POST but before the call's table flush leaves the
+    # alert delivered once but without its Alerts row (the claim stops the replay from re-sending it).
+    unrecorded = len(expected - set(row_keys))
+    print(f"published={published} kills={size['kills']} mid-batch={mid_batch} restarts={restarts} "
+          f"rows={len(rows)} alerts={len(alerts)} alert rows missing={unrecorded}")
