@@ -7,7 +7,7 @@ the cross-file `$ref`s resolved, so callers never load files by path.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Dict, List
 
@@ -27,7 +27,7 @@ def load(name: str) -> Dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _registry() -> Registry:
     registry: Registry = Registry()
     for name in SCHEMA_FILES:
@@ -39,7 +39,7 @@ def _registry() -> Registry:
     return registry
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(name: str) -> Draft202012Validator:
     """A validator for schema file `name`, with format checks (date-time) turned on."""
     return Draft202012Validator(load(name), registry=_registry(), format_checker=FormatChecker())

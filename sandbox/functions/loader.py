@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import json
@@ -10,7 +11,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import azure.functions as func
 
@@ -87,8 +88,13 @@ def find_app(module: Any) -> func.FunctionApp:
     return apps[0]
 
 
-def load_functions(module_name: str) -> List[FunctionSpec]:
-    """Import `module_name` and list its functions from get_functions() / get_function_json()."""
+@functools.cache
+def load_functions(module_name: str) -> Tuple[FunctionSpec, ...]:
+    """Import `module_name` and list its functions from get_functions() / get_function_json().
+
+    Cached: a FunctionApp can be indexed only once (a second get_functions() raises "does not have a
+    unique function name", as in the real worker), so every reader in a process shares this result.
+    """
     module = importlib.import_module(module_name)
     specs = []
     for fn in find_app(module).get_functions():
@@ -106,4 +112,4 @@ def load_functions(module_name: str) -> List[FunctionSpec]:
                 retry=fn.get_settings_dict("retry_policy"),
             )
         )
-    return specs
+    return tuple(specs)

@@ -9,16 +9,16 @@ from typing import Dict, Set
 
 import pytest
 
-import function_app
+from sandbox.functions.loader import load_functions
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = json.loads((REPO / "central" / "app_settings.json").read_text())
 SETTINGS: Dict[str, str] = CATALOGUE["settings"]
 
 
-# get_functions() indexes the app once: a second call raises (duplicate function names), as in the worker.
+# get_functions() indexes the app once (a second call raises, as in the worker): share the loader's index.
 _FUNCTION_JSON = {
-    fn.get_function_name(): json.loads(fn.get_function_json()) for fn in function_app.app.get_functions()
+    spec.name: {"bindings": spec.bindings} for spec in load_functions("function_app")
 }
 
 

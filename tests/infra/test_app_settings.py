@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
 from tools.bicep_check import (
     app_settings_findings,
     binding_setting_refs,
@@ -27,8 +25,10 @@ def _listed() -> set:
 
 
 def _bindings() -> List[Dict[str, Any]]:
-    function_app = pytest.importorskip("function_app", reason="function_app.py not written yet")
-    return [b.get_dict_repr() for fn in function_app.app.get_functions() for b in fn.get_bindings()]
+    # The loader indexes the FunctionApp once per process (a second get_functions() raises).
+    from sandbox.functions.loader import load_functions
+
+    return [binding for spec in load_functions("function_app") for binding in spec.bindings]
 
 
 def test_the_bicep_reads_the_central_list() -> None:
