@@ -20,7 +20,8 @@ LOOPBACK = "127.0.0.1"
 
 # Azurite's fixed development account (public, documented by Microsoft; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # pragma: allowlist secret
+# pragma: allowlist nextline secret
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 def free_port() -> int:
@@ -33,7 +34,8 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: Optional[subprocess.Po
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode} before port {port} opened")
+            raise RuntimeError(
+                f"process {proc.args!r} exited with {proc.returncode} before port {port} opened")
         try:
             with socket.create_connection((LOOPBACK, port), timeout=0.5):
                 return
@@ -85,7 +87,7 @@ def start(name: str, argv: Sequence[str], ports: Dict[str, int], log_dir: Option
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name}.log"
-        out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+        out = open(log_path, "ab")  # handed to the child; closed with it
     child_env = {**os.environ, **(env or {})}
     proc = subprocess.Popen(list(argv), cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=child_env)
     server = Server(name=name, proc=proc, ports=dict(ports), log_path=log_path)
@@ -123,13 +125,15 @@ def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = Non
                        "--tablePort", str(ports["table"])]
     argv += ["--location", str(location)] if location else ["--inMemoryPersistence"]
     server = start("azurite", argv, ports, log_dir=log_dir)
-    server.extra["connection_string"] = azurite_connection_string(ports["blob"], ports["queue"], ports["table"])
+    server.extra["connection_string"] = azurite_connection_string(
+        ports["blob"], ports["queue"], ports["table"])
     return server
 
 
 # ---- The project's own stand-ins ----------------------------------------------------------------
 
-def start_imds(args: Sequence[str] = (), log_dir: Optional[Path] = None, port: Optional[int] = None) -> Server:
+def start_imds(args: Sequence[str] = (), log_dir: Optional[Path] = None,
+               port: Optional[int] = None) -> Server:
     """The IMDS simulator (`python -m sandbox.imds`). Admin API on the same port under /admin."""
     port = port or free_port()
     return start("imds", [sys.executable, "-m", "sandbox.imds", "--port", str(port), *args],

@@ -7,7 +7,7 @@ the cross-file `$ref`s resolved, so callers never load files by path.
 from __future__ import annotations
 
 import json
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, Dict, List
 
