@@ -33,6 +33,10 @@ from .vms import VmState
 
 log = logging.getLogger(__name__)
 
+# Seconds between two `se.heartbeat` log markers of one VM; must stay well under the heartbeat-missing
+# alert's window (infra parameter heartbeatMissingMinutes, default 15).
+HEARTBEAT_LOG_EVERY = 300
+
 SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops
 UNSENT_LIMIT = 1_000  # failed alerts kept for the timer to retry
 ALERT_ROUNDS = 5  # delivery rounds per alert (the first call + timer retries)
@@ -425,6 +429,14 @@ class CentralService:
         vm.incarnation_observed = env.time
         vm.listed = listed
 
+    def _log_heartbeat_marker(self, vm: VmState) -> None:
+        """One `se.heartbeat` line per VM per HEARTBEAT_LOG_EVERY: the Azure Monitor "heartbeats
+        missing" alert (infra/app/alerts.bicep) reads it; throttled so a fleet does not flood the logs."""
+        last = vm.heartbeat_logged
+        if last is None or (self._now - last).total_seconds() >= HEARTBEAT_LOG_EVERY:
+            vm.heartbeat_logged = self._now
+            log.info("se.heartbeat vmId=%s name=%s backlog=%d", vm.vm_id, vm.name, vm.outbox_backlog)
+
     def _heartbeat(self, env: Envelope, vm: VmState) -> None:
         outbox = env.data.get("outbox") or {}
         moment = min(env.time, self._now)
@@ -432,8 +444,12 @@ class CentralService:
             vm.last_heartbeat = moment
             vm.outbox_backlog = int(outbox.get("backlog", 0))
             vm.forwarder_version = (env.data.get("forwarder") or {}).get("version", vm.forwarder_version)
+        self._log_heartbeat_marker(vm)
         dropped = int(outbox.get("dropped", 0))
         if dropped > vm.outbox_dropped:
+            # Marker for the Azure Monitor "outbox drops" log alert (infra/app/alerts.bicep).
+            log.warning("se.outbox_dropped vmId=%s name=%s dropped=%d previously=%d",
+                        vm.vm_id, vm.name, dropped, vm.outbox_dropped)
             self._alert(
                 Alert(
                     f"outbox-dropped:{vm.vm_id}:{dropped}",

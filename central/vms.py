@@ -24,6 +24,7 @@ class VmState:
     listed: List[str] = field(default_factory=list)  # EventIds in that document
     outbox_dropped: int = 0
     outbox_backlog: int = 0
+    heartbeat_logged: Optional[datetime] = None  # last `se.heartbeat` log marker (monitoring)
 
     def update_identity(self, vm: Dict[str, Any]) -> None:
         """Refresh grouping from an envelope's data.vm (tags can change)."""

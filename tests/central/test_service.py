@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -426,3 +428,29 @@ def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
     decisions = second.reevaluate(now=T0 + timedelta(seconds=121))
     assert [(d.action, d.leader_vm_name) for d in decisions] == [("failover", "vm-b")]
     assert len(env.messages(b.vm_id)) == 1
+
+
+def test_monitoring_log_markers_match_the_infra_alert_queries(
+    env: Env, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """infra/app/alerts.bicep's log alerts extract vmId= and dropped= from these lines: keep them in step."""
+    import re
+
+    bicep = (Path(__file__).resolve().parents[2] / "infra" / "app" / "alerts.bicep").read_text()
+    vm_pattern = re.search(r"extract\(@'(vmId=[^']+)'", bicep).group(1)
+    dropped_pattern = re.search(r"extract\(@'(dropped=[^']+)'", bicep).group(1)
+    svc = env.service()
+    a = Vm("vm-a")
+    with caplog.at_level(logging.INFO, logger="central.service"):
+        svc.handle_batch([body(a.heartbeat(at=T0, dropped=0))], now=T0)
+        svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=60), dropped=3))],
+                         now=T0 + timedelta(seconds=60))
+        svc.handle_batch([body(a.heartbeat(at=T0 + timedelta(seconds=400), dropped=3))],
+                         now=T0 + timedelta(seconds=400))
+    lines = [r.getMessage() for r in caplog.records]
+    beats = [line for line in lines if line.startswith("se.heartbeat ")]
+    assert len(beats) == 2, beats  # throttled: T0 and T0+400 s, not T0+60 s
+    assert all(re.search(vm_pattern, line).group(1) == a.vm_id for line in beats)
+    (drop,) = [line for line in lines if line.startswith("se.outbox_dropped ")]
+    assert re.search(vm_pattern, drop).group(1) == a.vm_id
+    assert re.search(dropped_pattern, drop).group(1) == "3"
