@@ -120,9 +120,12 @@ class Fleet:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> None:
+    def start(self, azurite: Optional[processes.Server] = None) -> None:
+        """`azurite`: one already running (the fleet then owns it and stops it)."""
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
+        if azurite is not None:
+            self.servers["azurite"] = azurite
         try:
             self._start_all()
         except BaseException:
@@ -131,7 +134,8 @@ class Fleet:
 
     def _start_all(self) -> None:
         s = self.settings
-        self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
+        if "azurite" not in self.servers:
+            self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
         self.servers["eventhubs"] = processes.start_eventhubs((f"{HUB}=4",), log_dir=self.work)
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
         for vm in s.vms:
