@@ -84,6 +84,8 @@ def decode(body: Any) -> Dict[str, Any]:
         obj = json.loads(text)
     except ValueError as exc:
         raise Rejected(f"malformed: not JSON ({str(exc)[:120]})") from exc
+    except RecursionError:  # '[' * 1000 fits in 64 KiB; json.loads gives up by recursing too deep
+        raise Rejected("malformed: JSON nested too deep for an approval") from None
     if not isinstance(obj, dict):
         raise Rejected("malformed: JSON is not an object")
     return obj
