@@ -27,7 +27,12 @@ def parse_document(text: str) -> Dict[str, Any]:
         document = json.loads(text)
     except ValueError as exc:
         raise Rejected(f"imds: the scheduled-events document is not JSON ({str(exc)[:100]})") from exc
-    problems = schemas.errors(DOCUMENT_SCHEMA, document, limit=3)
+    except RecursionError:
+        raise Rejected("imds: the scheduled-events document is nested too deep to read") from None
+    try:
+        problems = schemas.errors(DOCUMENT_SCHEMA, document, limit=3)
+    except RecursionError:  # the schema error's repr of a deeply nested value
+        raise Rejected("imds: the scheduled-events document is nested too deep to check") from None
     if problems:
         raise Rejected(
             "imds: the scheduled-events document fails its schema: "
