@@ -53,7 +53,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.evidence is not None:
         write_evidence(outcome, args.evidence)
     missing = [c for c in outcome.checks if not c.ok]
-    verdict = "passed" if outcome.ok else f"FAILED ({len(missing)} check(s) missing)"
+    if outcome.ok:
+        verdict = "passed"
+    elif missing:
+        verdict = f"FAILED ({len(missing)} of {len(outcome.checks)} checks not met)"
+    else:
+        verdict = "FAILED (see the [FAIL] line above)"
     print(f"\ndemo {verdict} in {time.monotonic() - started:.1f} s (logs in {args.work})", flush=True)
     return 0 if outcome.ok else 1
 

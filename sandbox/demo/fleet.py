@@ -122,8 +122,7 @@ class Fleet:
 
     def start(self, azurite: Optional[processes.Server] = None) -> None:
         """`azurite`: one already running (the fleet then owns it and stops it)."""
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
+        _fresh_work_dir(self.work)
         if azurite is not None:
             self.servers["azurite"] = azurite
         try:
@@ -173,7 +172,7 @@ class Fleet:
         self.forwarders.clear()
         self.servers.clear()
 
-    def alive(self) -> List[str]:
+    def exited(self) -> List[str]:
         """Names of children that have exited (a crash shows here before anything else does)."""
         return [f"{s.name} (exit {s.proc.returncode}, log {s.log_path})"
                 for s in [*self.servers.values(), *self.forwarders.values()] if s.proc.poll() is not None]
@@ -261,7 +260,7 @@ class Fleet:
         t0 = time.monotonic()
         deadline = t0 + timeout
         while time.monotonic() < deadline:
-            dead = self.alive()
+            dead = self.exited()
             if dead:
                 raise RuntimeError("a process exited early: " + "; ".join(dead))
             try:
@@ -272,6 +271,18 @@ class Fleet:
             time.sleep(0.5)
         raise TimeoutError(f"central did not hear from all {len(self.settings.vms)} forwarders within "
                            f"{timeout:g} s; see {self.work}/*/forwarder-*.log and {self.work}/functions.log")
+
+
+MARKER = ".sandbox-demo"  # only a directory holding this (or an empty one) is ever wiped
+
+
+def _fresh_work_dir(work: Path) -> None:
+    ours = work.resolve() == (processes.REPO / ".demo").resolve()  # the default, git-ignored
+    if work.exists() and any(work.iterdir()) and not (work / MARKER).exists() and not ours:
+        raise RuntimeError(f"{work} is not empty and was not made by the demo; choose another --work")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / MARKER).write_text("made by sandbox/demo/fleet.py; wiped at each run\n")
 
 
 _HOOK = """#!{python}

@@ -52,7 +52,7 @@ def run(work: Path = WORK, say: Callable[[str], None] = print,
         scenario.settle(fleet, outcome.plan, timeout=max(1.0, min(20.0, until - time.monotonic())))
         outcome.evidence = scenario.collect(fleet, outcome.plan)
         outcome.checks = scenario.check(outcome.plan, outcome.evidence)
-        dead = fleet.alive()
+        dead = fleet.exited()
         if dead:
             outcome.error = "a process exited: " + "; ".join(dead)
     except Exception as exc:  # noqa: BLE001 - reported as the run's failure; the fleet is stopped below

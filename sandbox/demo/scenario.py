@@ -86,7 +86,7 @@ def play(fleet: Fleet, plan: List[Scene], say: Callable[[str], None] = print,
         while time.monotonic() < deadline:
             if fleet.imds.event(scene.event_id)["state"] in ("Completed", "Cancelled"):
                 break
-            dead = fleet.alive()
+            dead = fleet.exited()
             if dead:
                 raise RuntimeError("a process exited during the scenario: " + "; ".join(dead))
             time.sleep(0.25)
