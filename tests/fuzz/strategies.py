@@ -208,6 +208,9 @@ def approval_message(draw: Any, now: datetime, vm_ids: List[str], vm_names: List
         "expiresAt": draw(st.one_of(st.just(iso(expires)),
                                     st.just(expires.astimezone(timezone(timedelta(hours=2))).isoformat()))),
     }
+    if draw(st.integers(0, 2)) == 0:  # aimed: addressed right, for the approvable event, fresh
+        msg.update(vmId=vm_ids[0], vmName=vm_names[0], eventId=event_ids[0], issuedAt=iso(now),
+                   expiresAt=iso(now + timedelta(seconds=draw(st.integers(1, 900)))))
     if draw(st.booleans()):
         msg["incarnation"] = draw(st.integers(0, 100))
     return msg
