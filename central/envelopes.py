@@ -66,9 +66,14 @@ def parse_body(body: Union[bytes, str]) -> Union[Envelope, BadEnvelope]:
         obj = json.loads(text)
     except ValueError as exc:
         return BadEnvelope(text, [{"path": "/", "message": f"not JSON: {exc}"[:300]}], digest)
+    except RecursionError:  # '[' * 1000: json.loads gives up by recursing too deep
+        return BadEnvelope(text, [{"path": "/", "message": "not JSON: nested too deep to parse"}], digest)
     validator = schemas.validator(SCHEMA)
     if not validator.is_valid(obj):  # the fast path; the full error list only for the rare bad one
-        errs = schemas.errors(SCHEMA, obj)
+        try:
+            errs = schemas.errors(SCHEMA, obj)
+        except RecursionError:  # the error message's repr of a deeply nested value
+            errs = [{"path": "/", "message": "fails the envelope schema; nested too deep to explain"}]
         vm_id = None
         env_id = None
         if isinstance(obj, dict):
