@@ -245,11 +245,10 @@ class Connection:
         remote_count = f[5] if f[5] is not None else 0
         link.credit = remote_count + (f[6] or 0) - link.delivery_count
         log.debug("flow on %s: count %s credit %s -> %d", link.address.raw, f[5], f[6], link.credit)
+        link.drain = bool(f[8])
         self._send_outbox(session, link)
-        if f[8] and link.credit > 0 and not link.outbox and link.task is None:
-            link.delivery_count += link.credit  # drain: nothing to send, use the credit up
-            link.credit = 0
-            self._flow(session, link, 0)
+        if link.drain and link.task is None and not link.outbox:
+            self._drained(session, link)
         link.wake.set()
         if f[9]:
             self._flow(session, link, link.credit)
@@ -304,6 +303,13 @@ class Connection:
         log.debug("stored %d event(s) in %s", len(events), link.hub.name)
         return Accepted()
 
+    def _drained(self, session: Session, link: Link) -> None:
+        """Drain: nothing more to send now, so the rest of the credit is used up and reported."""
+        if link.credit > 0:
+            link.delivery_count += link.credit
+            link.credit = 0
+            self._flow(session, link, 0)
+
     def _send_outbox(self, session: Session, link: Link) -> None:
         while link.outbox and link.credit > 0:
             self._transfer(session, link, link.outbox.popleft())
@@ -332,9 +338,20 @@ class Connection:
                 link.wake.clear()
                 await link.wake.wait()
                 continue
+            link.wake.clear()
             events = partition.read(link.next_sequence, link.credit)
             if not events:
-                await partition.wait_beyond(link.next_sequence)
+                if link.drain:
+                    self._drained(session, link)
+                    continue
+                # Wake on a new event or on the client's next flow (a drain request, say).
+                waits = [asyncio.ensure_future(partition.wait_beyond(link.next_sequence)),
+                         asyncio.ensure_future(link.wake.wait())]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waits:
+                        waiter.cancel()
                 continue
             for event in events:
                 self._transfer(session, link, event.message)

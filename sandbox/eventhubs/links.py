@@ -30,6 +30,7 @@ class Link:
     oversize: bool = False  # the delivery being read exceeds the maximum message size
     # Links we send on.
     next_sequence: int = 0
+    drain: bool = False  # the client asked to drain: use up the credit when nothing is left to send
     outbox: Deque[bytes] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: Optional[asyncio.Task] = None

@@ -312,8 +312,12 @@ def test_restart_with_data_dir_keeps_events(tmp_path: Path) -> None:
             "args": ["--data-dir", str(tmp_path / "d")]}
     srv = processes.start_eventhubs(**argv)
     try:
-        send(srv, "durable", [f"before-{i}" for i in range(4)], partition_key="vm-1")
-        send(srv, "durable", ["other"], partition_id="0")
+        with producer(srv, "durable") as client:
+            batch = client.create_batch(partition_key="vm-1")
+            for i in range(4):
+                batch.add(EventData(f"before-{i}"))
+            client.send_batch(batch)
+            client.send_event(EventData("other"), partition_id="0")
         srv.kill()  # a crash: what was acknowledged was fsync'd first
         srv = processes.start_eventhubs(**argv)
         send(srv, "durable", ["after"], partition_key="vm-1")
@@ -327,8 +331,5 @@ def test_restart_with_data_dir_keeps_events(tmp_path: Path) -> None:
         numbers = [e.sequence_number for e in keyed]
         assert numbers == sorted(set(numbers)) and numbers[0] == 0  # numbering continues after the restart
         assert "other" in bodies(events)
-        with producer(srv, "durable") as client:
-            props = client.get_eventhub_properties()
-            assert props["partition_ids"] == ["0", "1"]
     finally:
         srv.stop()

@@ -167,6 +167,10 @@ def test_sends_are_settled_and_link_credit_is_respected(raw: RawClient) -> None:
     rest = [f for _ in range(3) for f in raw.until(0x14)]
     bodies = [codec.decode_payload(memoryview(f.fields[-1])).data[0] for f in first + rest if f.code == 0x14]
     assert bodies == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+    # Drain with nothing left: the server uses the credit up and says so (delivery count 5 + 7 = 12).
+    raw.send(codec.perf.FlowFrame(0, 1000, 5, 1000, 1, 5, 7, None, True, False, None))
+    drained = raw.until(0x13)[-1].fields
+    assert (drained[5], drained[6]) == (12, 0)
 
 
 def test_an_oversize_message_is_rejected_and_the_link_stays_up(raw: RawClient) -> None:
