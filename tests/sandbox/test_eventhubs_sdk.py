@@ -176,16 +176,22 @@ def test_partition_key_keeps_one_partition_in_order(server: processes.Server) ->
 
 
 def test_send_to_a_partition(server: processes.Server) -> None:
-    send(server, "parts", ["p1-a", "p1-b"], partition_id="1")
-    assert bodies(receive(conn(server, "parts"), 2, partition_id="1")) == ["p1-a", "p1-b"]
     with producer(server, "parts") as client:
+        batch = client.create_batch(partition_id="1")
+        batch.add(EventData("p1-a"))
+        batch.add(EventData("p1-b"))
+        client.send_batch(batch)
+        assert bodies(receive(conn(server, "parts"), 2, partition_id="1")) == ["p1-a", "p1-b"]
         assert client.get_partition_properties("0")["is_empty"] is True
         assert client.get_partition_properties("1")["last_enqueued_sequence_number"] == 1
 
 
 def test_hub_and_partition_properties(server: processes.Server) -> None:
-    send(server, "props", ["x", "y", "z"], partition_id="0")
     with producer(server, "props") as client:
+        batch = client.create_batch(partition_id="0")
+        for body in ("x", "y", "z"):
+            batch.add(EventData(body))
+        client.send_batch(batch)
         hub = client.get_eventhub_properties()
         assert hub["eventhub_name"] == "props" and hub["partition_ids"] == ["0", "1"]
         assert abs(time.time() - hub["created_at"].timestamp()) < 3600
