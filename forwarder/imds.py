@@ -110,7 +110,8 @@ def _no_proxy_session() -> requests.Session:
     session = requests.Session()
     session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY and .netrc: IMDS is never proxied
     session.proxies = {}
-    session.max_redirects = 0
+    # Redirects are refused by allow_redirects=False on each request. (max_redirects = 0 here made
+    # requests raise TooManyRedirects, not an ImdsError, on any 3xx even with allow_redirects=False.)
     session.headers.pop("Proxy-Authorization", None)
     return session
 
