@@ -30,6 +30,7 @@ async def serve(broker: Broker, port: int, host: str = LOOPBACK) -> None:
             connections.discard(task)
 
     server = await asyncio.start_server(handle, host, port)
+    port = server.sockets[0].getsockname()[1]  # the real one when 0 was asked for
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
