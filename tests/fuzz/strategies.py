@@ -251,7 +251,8 @@ def hostile_approval_body(draw: Any, base: Any) -> Any:
     if kind == "dup":  # a second eventId after the first: json keeps the last
         return text[:-1] + f', "eventId": {json.dumps(draw(event_ids_any))}}}'
     if kind == "nan":
-        return text.replace('"schemaVersion": 1', f'"schemaVersion": {draw(st.sampled_from(("NaN", "Infinity", "1.0", "1e0")))}')
+        literal = draw(st.sampled_from(("NaN", "Infinity", "1.0", "1e0")))
+        return text.replace('"schemaVersion": 1', f'"schemaVersion": {literal}')
     if kind == "bytes":
         return draw(st.one_of(st.just(text.encode("utf-8")), st.binary(max_size=100)))
     if kind == "base64":
@@ -351,7 +352,8 @@ def hostile_envelope_body(draw: Any) -> Any:
     if kind == "dup":
         return text[:-1] + f', "type": {json.dumps(draw(st.text(max_size=30)))}}}'
     if kind == "nan":
-        return text.replace('"specversion": "1.0"', f'"specversion": {draw(st.sampled_from(("NaN", "Infinity")))}')
+        literal = draw(st.sampled_from(("NaN", "Infinity")))
+        return text.replace('"specversion": "1.0"', f'"specversion": {literal}')
     if kind == "bytes":
         return draw(st.one_of(st.just(text.encode("utf-8")), st.binary(max_size=200),
                               st.just(text.encode("utf-16"))))

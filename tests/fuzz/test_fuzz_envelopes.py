@@ -72,8 +72,8 @@ def test_forwarder_envelopes_are_accepted_and_mutants_explained(env: Any, rnd: A
         if isinstance(parent, dict) and rnd.random() < 0.4:
             del parent[path[-1]]
         else:
-            parent[path[-1]] = rnd.choice([None, True, -1, 1.5, "", "x" * 3000, [], {}, "2026-99-99T00:00:00Z",
-                                           "scheduledevents.other.v1", "0.9"])
+            parent[path[-1]] = rnd.choice([None, True, -1, 1.5, "", "x" * 3000, [], {},
+                                           "2026-99-99T00:00:00Z", "scheduledevents.other.v1", "0.9"])
         check("envelope.mutated", json.dumps(mutant))
 
 

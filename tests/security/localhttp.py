@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 from sandbox import processes
 
@@ -55,7 +55,7 @@ def url(server: _Server) -> str:
 
 
 def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes = b"",
-          headers: "dict[str, str] | None" = None) -> None:
+          headers: Optional[Dict[str, str]] = None) -> None:
     handler.send_response(status)
     for name, value in (headers or {}).items():
         handler.send_header(name, value)
