@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -160,13 +161,11 @@ class Fleet:
                 signal.signal(signal.SIGINT, previous)
 
     def _stop_all(self) -> None:
-        order = [*self.forwarders.values(), *(self.servers[n] for n in
-                 ("functions", "webhook", "imds", "eventhubs", "azurite") if n in self.servers)]
-        for server in order:
-            try:
-                server.stop(timeout=10)
-            except Exception as exc:  # noqa: BLE001 - keep stopping the others
-                print(f"could not stop {server.name} (pid {server.pid}): {exc}", file=sys.stderr)
+        waves = [list(self.forwarders.values()),
+                 [self.servers[n] for n in ("functions", "webhook") if n in self.servers],
+                 [self.servers[n] for n in ("imds", "eventhubs", "azurite") if n in self.servers]]
+        for wave in waves:
+            _stop_together(wave)
         if self.imds is not None:
             self.imds.close()
         self.forwarders.clear()
@@ -271,6 +270,24 @@ class Fleet:
             time.sleep(0.5)
         raise TimeoutError(f"central did not hear from all {len(self.settings.vms)} forwarders within "
                            f"{timeout:g} s; see {self.work}/*/forwarder-*.log and {self.work}/functions.log")
+
+
+def _stop_together(servers: List[processes.Server], timeout: float = 10.0) -> None:
+    """SIGTERM each (by PID) at once, wait for all, SIGKILL any still running after `timeout`."""
+    for server in servers:
+        if server.proc.poll() is None:
+            try:
+                os.kill(server.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for server in servers:
+        try:
+            server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"{server.name} (pid {server.pid}) ignored SIGTERM for {timeout:g} s: SIGKILL",
+                  file=sys.stderr)
+            server.kill()
 
 
 MARKER = ".sandbox-demo"  # only a directory holding this (or an empty one) is ever wiped
