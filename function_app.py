@@ -21,6 +21,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 log = logging.getLogger("function_app")
 
 _service: Optional[CentralService] = None
+MAX_DECISION_BODY = 64 * 1024  # bytes of an operator decision body read at most (reason is cut to 4000)
 _service_lock = threading.Lock()
 
 
@@ -86,6 +87,9 @@ def decide(req: func.HttpRequest) -> func.HttpResponse:
     X-MS-CLIENT-PRINCIPAL-NAME and strips it from clients); otherwise the body's `operator`, which
     the function key alone vouches for.
     """
+    if len(req.get_body()) > MAX_DECISION_BODY:  # an operator decision is a few hundred bytes
+        return _json({"error": f"the body is larger than {MAX_DECISION_BODY} bytes; send "
+                               '{"reason": "...", "operator": "..."} only'}, 413)
     try:
         body = req.get_json() if req.get_body() else {}
     except ValueError:
