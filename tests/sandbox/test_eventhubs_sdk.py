@@ -293,7 +293,8 @@ def test_checkpointing_consumer_resumes_after_its_checkpoint(server: processes.S
                                                              azurite: processes.Server) -> None:
     storage = azurite.extra["connection_string"]  # the full string: the store rejects UseDevelopmentStorage
     container = f"checkpoints-{uuid.uuid4().hex[:8]}"
-    BlobServiceClient.from_connection_string(storage).create_container(container)
+    with BlobServiceClient.from_connection_string(storage) as blobs:
+        blobs.create_container(container)
     cs = conn(server, "ckpt")
     send(server, "ckpt", [f"c{i}" for i in range(3)])
     store = BlobCheckpointStore.from_connection_string(storage, container)
@@ -302,14 +303,16 @@ def test_checkpointing_consumer_resumes_after_its_checkpoint(server: processes.S
         assert bodies(first.wait(3)) == ["c0", "c1", "c2"]  # each one checkpointed as it arrives
     finally:
         first.close()
+        store.close()  # its keep-alive connections would hold Azurite's shutdown for 10 s
     send(server, "ckpt", [f"c{i}" for i in range(3, 6)])
     # A new consumer in the same group: "-1" applies only where no checkpoint exists, so it resumes at c3.
-    second = Receiver(cs, checkpoint_store=BlobCheckpointStore.from_connection_string(storage, container),
-                      starting_position="-1").start()
+    store = BlobCheckpointStore.from_connection_string(storage, container)
+    second = Receiver(cs, checkpoint_store=store, starting_position="-1").start()
     try:
         assert bodies(second.wait(3, timeout=20)) == ["c3", "c4", "c5"]
     finally:
         second.close()
+        store.close()
 
 
 def test_restart_with_data_dir_keeps_events(tmp_path: Path) -> None:
