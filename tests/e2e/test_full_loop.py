@@ -183,3 +183,20 @@ def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
     assert proc.returncode == 130, rest
     assert "every process was stopped" in rest
     assert [pid for pid in children if _alive(pid)] == []
+
+
+def test_the_checks_catch_a_second_approval_and_a_missing_alert(demo: Dict[str, Any]) -> None:
+    """The demo's verdict can fail: the same evidence with one more Freeze POST (from vm-c) and the
+    Reboot's Started alert lost is reported, per scene, with what was seen."""
+    from sandbox.demo.scenario import Evidence, Scene, check, scenes
+
+    plan: List[Scene] = scenes()
+    for scene in plan:
+        scene.event_id = _scene(demo, scene.key)["eventId"]
+    ev = Evidence(**demo["evidence"])
+    assert all(c.ok for c in check(plan, ev))
+    freeze, reboot = plan[1].event_id, plan[0].event_id
+    ev.posts.append({**_posts(demo, freeze)[0], "vm": "vm-c"})
+    ev.alerts = [a for a in ev.alerts if a["body"].get("key") != f"{reboot}:Started"]
+    failed = {(c.scene, c.what.split(",")[0]) for c in check(plan, ev) if not c.ok}
+    assert failed == {("b", "approved exactly once"), ("a", "one alert per status change (Scheduled")}
