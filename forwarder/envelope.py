@@ -97,7 +97,9 @@ def quarantined(vm: VmIdentity, api_version: str, raw: str, errors: List[Dict[st
         "raw": raw[:RAW_LIMIT],
         "rawTruncated": len(raw) > RAW_LIMIT,
         "rawSha256": digest,
-        "document": document,
+        # A body over RAW_LIMIT is carried by its head and hash only: the parsed copy would be as big
+        # again and push the envelope past Event Hubs' 1 MB message limit.
+        "document": document if len(raw) <= RAW_LIMIT else None,
         "incarnation": number,
         "errors": errors or [{"path": "/", "message": "invalid"}],
         "observedAt": observed_at,
