@@ -16,6 +16,12 @@ What `send` does with the outbox's pending rows (in order):
 
 Retries: the SDK's own retry is kept small (`retry_total`); the publisher backs off with jitter.
 The client is reused across sends and dropped (closed, rebuilt on the next send) after any failure.
+
+Bounded: the SDK can block forever when a peer accepts TCP but never speaks AMQP (its SASL
+handshake reads without a timeout, and `close()` then waits for the same lock). So each send runs
+in a worker thread joined for at most `operation_timeout`; a worker still blocked is abandoned with
+its client (a new client is built next time), and at most MAX_STUCK such workers may exist: beyond
+that `send` fails at once instead of starting another, until they end (the peer closes, keepalive).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ log = logs.get("sink.eventhub")
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 # Room kept in the oversize note for everything but the truncated copy (ids, errors, vm, AMQP framing).
 NOTE_OVERHEAD = 16 * 1024
+MAX_STUCK = 3  # abandoned, still-blocked send workers allowed before sends fail fast
 
 
 class EventHubConfigError(ValueError):
@@ -50,6 +57,7 @@ class EventHubSettings:
     retry_total: int = 1           # the SDK's own retries; the publisher does the real backoff
     send_timeout: float = 10.0     # seconds one send_batch may take before it counts as failed
     use_tls: bool = True           # False only to reach a plain-TCP sandbox server with managed identity
+    operation_timeout: float = 30.0  # the most one send() may take, connecting included (see below)
 
     def check(self) -> None:
         if self.connection_string:
@@ -103,6 +111,7 @@ class EventHubSink:
         self._factory = client_factory or self._new_client
         self._client: Any = None
         self._lock = threading.Lock()  # the publisher's thread and shutdown's flush may overlap
+        self._stuck: List[threading.Thread] = []
         self.oversize_replaced = 0
 
     # ---- the client --------------------------------------------------------------------------
@@ -129,8 +138,11 @@ class EventHubSink:
             self._client = self._factory()
         return self._client
 
-    def _drop_client(self) -> None:
-        client, self._client = self._client, None
+    def _drop_client(self, client: Any = None) -> None:
+        """Close `client` (default: the current one); the next send builds a new one."""
+        client = client if client is not None else self._client
+        if client is self._client:
+            self._client = None
         if client is not None:
             try:
                 client.close()
@@ -143,20 +155,50 @@ class EventHubSink:
         if not envelopes:
             return
         with self._lock:
+            runs = _runs_by_partition_key(envelopes)
+            self._stuck = [t for t in self._stuck if t.is_alive()]
+            if len(self._stuck) >= MAX_STUCK:
+                raise SinkError(f"{len(self._stuck)} earlier sends to {self.settings.target} are still "
+                                "blocked without an answer; not starting another until they end")
             try:
-                for key, run in _runs_by_partition_key(envelopes):
-                    self._send_run(key, run)
+                producer = self._producer()
             except SinkError:
-                self._drop_client()
                 raise
-            except Exception as exc:  # SDK, credential, socket errors: all mean "not delivered"
-                self._drop_client()
-                raise SinkError(_describe(exc), retryable=not _is_auth_error(exc)) from exc
+            except Exception as exc:  # e.g. the SDK refusing the connection string
+                raise SinkError(_describe(exc), retryable=False) from exc
+            outcome: Dict[str, BaseException] = {}
+            worker = threading.Thread(target=self._attempt, args=(producer, runs, outcome), daemon=True,
+                                      name="eventhub-send")
+            worker.start()
+            worker.join(self.settings.operation_timeout)
+            if worker.is_alive():
+                # Closing would block on the hung connection's lock: abandon the client with its worker.
+                self._stuck.append(worker)
+                if self._client is producer:
+                    self._client = None
+                raise SinkError(f"no answer from Event Hubs ({self.settings.target}) within "
+                                f"{self.settings.operation_timeout:g} s; kept in the outbox, retrying with a "
+                                "new connection")
+            if "error" in outcome:
+                raise outcome["error"]
 
-    def _send_run(self, key: str, run: List[Dict[str, Any]]) -> None:
+    def _attempt(self, producer: Any, runs: List[Any], outcome: Dict[str, BaseException]) -> None:
+        """The worker: send every run with `producer`; any failure lands in `outcome["error"]`."""
+        try:
+            for key, run in runs:
+                self._send_run(producer, key, run)
+        except SinkError as exc:
+            self._drop_client(producer)
+            outcome["error"] = exc
+        except Exception as exc:  # noqa: BLE001 - SDK, credential, socket errors: all mean "not delivered"
+            self._drop_client(producer)
+            error = SinkError(_describe(exc), retryable=not _is_auth_error(exc))
+            error.__cause__ = exc
+            outcome["error"] = error
+
+    def _send_run(self, producer: Any, key: str, run: List[Dict[str, Any]]) -> None:
         from azure.eventhub import EventData
 
-        producer = self._producer()
         batch = producer.create_batch(partition_key=key)
         for env in run:
             event = _event(env, EventData)

@@ -3,6 +3,8 @@ read back with a real EventHubConsumerClient. Plus its configuration rules."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -16,6 +18,7 @@ from forwarder.ratelimit import RateLimiter
 from forwarder.sinks.base import SinkError
 from forwarder.sinks.eventhub import (
     CONTENT_TYPE,
+    MAX_STUCK,
     EventHubConfigError,
     EventHubSettings,
     EventHubSink,
@@ -219,3 +222,61 @@ class CountingLimiter(RateLimiter):
     def acquire(self, timeout: float = 30.0, stop: Any = None) -> None:
         super().acquire(timeout=timeout, stop=stop)
         self.acquired += 1
+
+
+class Blackhole:
+    """A TCP listener that accepts connections and never answers (a broken proxy or load balancer)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind((processes.LOOPBACK, 0))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted: List[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        """Stop listening first (a retry's new connection is then refused), then drop every connection."""
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(5)
+        for conn in self.accepted:
+            conn.close()
+
+
+def test_a_peer_that_never_answers_cannot_hang_the_sink(tmp_path: Path) -> None:
+    hole = Blackhole()
+    sink = EventHubSink(EventHubSettings(
+        connection_string=processes.eventhubs_connection_string(hole.port, "late"), operation_timeout=1.0))
+    try:
+        for _ in range(MAX_STUCK):
+            with pytest.raises(SinkError, match="no answer from Event Hubs"):
+                sink.send([envelope("vm-h", 1)])
+        with pytest.raises(SinkError, match="still blocked"):  # no further thread is started
+            sink.send([envelope("vm-h", 1)])
+        assert len(hole.accepted) == MAX_STUCK
+    finally:
+        hole.close()  # the peer goes away: the blocked workers end
+    wait_until(lambda: not any(t.is_alive() for t in sink._stuck), timeout=20,
+               what="the blocked workers to end")
+    srv = processes.start_eventhubs(["late=1"], port=hole.port, log_dir=tmp_path)
+    try:
+        sink.send([envelope("vm-h", 2)])  # a real hub on the same port: sends resume
+        sink.close()
+        consumer = Consumer(processes.eventhubs_connection_string(hole.port, "late")).start()
+        try:
+            wait_until(lambda: consumer.items(), timeout=20, what="the event sent after the blackhole")
+        finally:
+            consumer.close()
+        assert consumer.incarnations("vm-h") == [2]
+    finally:
+        srv.stop()
