@@ -186,3 +186,17 @@ def test_an_oversize_message_is_rejected_and_the_link_stays_up(raw: RawClient) -
     raw.send(codec.perf.TransferFrame(handle=0, delivery_id=1, delivery_tag=b"\x01", message_format=0,
                                       settled=False, more=False, payload=_message(b"fine")))
     assert "accepted" in raw.until(0x15)[-1].fields[4]
+
+
+def test_heartbeats_when_the_client_sets_an_idle_timeout(tmp_path: Path) -> None:
+    server = processes.start_eventhubs(["raw=1"], log_dir=tmp_path)
+    try:
+        client = RawClient(server.port)
+        client.send(codec.perf.OpenFrame("raw-test", None, 65536, 8, 200, None, None, None, None, None))
+        assert client.frame().code == 0x10
+        assert client.frame().code == -1  # an empty frame, well within the 10 s socket timeout
+        client.send(codec.perf.CloseFrame(error=None))
+        assert client.until(0x18)[-1].fields[0] is None  # a clean close
+        client.sock.close()
+    finally:
+        server.stop()
