@@ -356,7 +356,10 @@ class Connection:
             for event in events:
                 self._transfer(session, link, event.message)
                 link.next_sequence = event.sequence_number + 1
-            await self.writer.drain()
+            try:
+                await self.writer.drain()
+            except ConnectionError:
+                return  # the client went away; run() tidies up
 
     def _on_disposition(self, channel: int, f: List[Any]) -> None:
         pass  # we send everything pre-settled; nothing waits on the client's outcome
