@@ -56,14 +56,14 @@ def check(name: str, body: Any) -> None:
     count(name, "quarantined")
 
 
-@fuzz(1500)
+@fuzz(1100)
 @given(S.valid_envelope(), st.randoms(use_true_random=False))
 def test_forwarder_envelopes_are_accepted_and_mutants_explained(env: Any, rnd: Any) -> None:
     body = json.dumps(env)
     assert isinstance(envelopes.parse_body(body), envelopes.Envelope)  # what VMs send is accepted
     check("envelope.valid", body)
     check("envelope.valid-bytes", body.encode("utf-8"))
-    for _ in range(4):
+    for _ in range(6):
         mutant = json.loads(body)
         path = rnd.choice(S._paths(mutant)[1:])
         parent = mutant
