@@ -104,14 +104,19 @@ def storage_clients(
 ) -> Tuple[Any, Any]:
     """(TableServiceClient, QueueServiceClient) for connection prefix `prefix`."""
     from azure.data.tables import TableServiceClient
-    from azure.storage.queue import QueueServiceClient
+    from azure.storage.queue import ExponentialRetry, QueueServiceClient
 
     extra: Dict[str, Any] = {"transport": transport} if transport is not None else {}
+    # A short SDK retry for approval sends: the default (15 s backoff, 3 retries) held the service lock
+    # ~80 s per approval while the queue service was down; a failed send gives its claim back and the
+    # timer retries it, so one quick retry is enough.
+    quick = ExponentialRetry(initial_backoff=1, increment_base=3, retry_total=1)
+    queue_extra: Dict[str, Any] = {**extra, "retry_policy": quick}
     conn = (settings.get(prefix) or "").strip()
     if conn:
         return (
             TableServiceClient.from_connection_string(conn, **extra),
-            QueueServiceClient.from_connection_string(conn, **extra),
+            QueueServiceClient.from_connection_string(conn, **queue_extra),
         )
     table_uri = (settings.get(f"{prefix}__tableServiceUri") or "").strip()
     queue_uri = (settings.get(f"{prefix}__queueServiceUri") or "").strip()
@@ -124,5 +129,5 @@ def storage_clients(
     credential = _credential(settings, prefix)
     return (
         TableServiceClient(endpoint=table_uri, credential=credential, **extra),
-        QueueServiceClient(account_url=queue_uri, credential=credential, **extra),
+        QueueServiceClient(account_url=queue_uri, credential=credential, **queue_extra),
     )
