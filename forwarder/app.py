@@ -98,11 +98,9 @@ def approval_settings(config: Config, limiter: Any = None) -> Any:
 
     credential = None
     if config.queue_service_uri and not config.queue_connection_string:
-        from azure.identity import ManagedIdentityCredential
+        from .imds import managed_identity_credential
 
-        from .imds import RateLimitedCredential
-        inner = ManagedIdentityCredential(client_id=config.client_id or None)
-        credential = RateLimitedCredential(inner, limiter) if limiter is not None else inner
+        credential = managed_identity_credential(config.client_id, limiter)
     return ApprovalSettings(
         state_dir=config.state_dir, queue_service_uri=config.queue_service_uri,
         queue_connection_string=config.queue_connection_string, credential=credential,

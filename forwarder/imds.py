@@ -323,3 +323,14 @@ class RateLimitedCredential:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def managed_identity_credential(client_id: str, limiter: Any) -> Any:
+    """`ManagedIdentityCredential`, never through a proxy, each token call inside the IMDS budget."""
+    from azure.core.pipeline.transport import RequestsTransport
+    from azure.identity import ManagedIdentityCredential
+
+    # use_env_settings=False: IMDS (169.254.169.254) must never be reached through HTTP(S)_PROXY.
+    inner = ManagedIdentityCredential(client_id=client_id or None,
+                                      transport=RequestsTransport(use_env_settings=False))
+    return RateLimitedCredential(inner, limiter) if limiter is not None else inner

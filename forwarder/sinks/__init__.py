@@ -27,7 +27,8 @@ def _stdout(config: Any, limiter: Any = None) -> Sink:
 
 def _eventhub(config: Any, limiter: Any = None) -> Sink:
     """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub."""
-    from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink, managed_identity_credential
+    from ..imds import managed_identity_credential
+    from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink
 
     settings = EventHubSettings(namespace=config.eventhub_namespace, eventhub_name=config.eventhub_name,
                                 connection_string=config.eventhub_connection_string,

@@ -86,19 +86,6 @@ class EventHubSettings:
         return f"{self.namespace}/{self.eventhub_name}"
 
 
-def managed_identity_credential(client_id: str, limiter: Any) -> Any:
-    """`ManagedIdentityCredential`, never through a proxy, each token call inside the IMDS budget."""
-    from azure.core.pipeline.transport import RequestsTransport
-    from azure.identity import ManagedIdentityCredential
-
-    from ..imds import RateLimitedCredential
-
-    # use_env_settings=False: IMDS (169.254.169.254) must never be reached through HTTP(S)_PROXY.
-    inner = ManagedIdentityCredential(client_id=client_id or None,
-                                      transport=RequestsTransport(use_env_settings=False))
-    return RateLimitedCredential(inner, limiter) if limiter is not None else inner
-
-
 class EventHubSink:
     """`send(envelopes)` publishes in order or raises SinkError; `close()` releases the client."""
 

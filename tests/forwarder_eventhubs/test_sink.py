@@ -13,7 +13,7 @@ import pytest
 import schemas
 from forwarder import config as cfg
 from forwarder import sinks
-from forwarder.imds import RateLimitedCredential
+from forwarder.imds import RateLimitedCredential, managed_identity_credential
 from forwarder.ratelimit import RateLimiter
 from forwarder.sinks.base import SinkError
 from forwarder.sinks.eventhub import (
@@ -22,7 +22,6 @@ from forwarder.sinks.eventhub import (
     EventHubConfigError,
     EventHubSettings,
     EventHubSink,
-    managed_identity_credential,
 )
 from sandbox import processes
 
