@@ -88,6 +88,10 @@ def decode(body: Any) -> Dict[str, Any]:
         raise Rejected("malformed: JSON nested too deep for an approval") from None
     if not isinstance(obj, dict):
         raise Rejected("malformed: JSON is not an object")
+    try:  # an escaped lone surrogate ("\ud800") parses, but its result could never reach the outbox
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise Rejected("malformed: a string holds an unpaired UTF-16 surrogate escape") from None
     return obj
 
 
