@@ -15,19 +15,21 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, FormatChecker
 
+from forwarder import envelope
 from forwarder.approvals import gate
 from forwarder.approvals import message as msgs
 from forwarder.approvals.approver import Approver
 from forwarder.approvals.ledger import Ledger
 from forwarder.approvals.reader import ApprovalReader, ReaderSettings
 from forwarder.imds import ImdsResponse
+from forwarder.outbox import Outbox
 
 from . import strategies as S
 from .counting import SLOW_FACTOR, count, fuzz
@@ -77,6 +79,10 @@ def oracle(body: Any, live: Dict[str, Any], now: datetime) -> bool:
     except (ValueError, binascii.Error, RecursionError):
         return False
     if not isinstance(obj, dict) or not _VALIDATOR.is_valid(obj):
+        return False
+    try:  # text that cannot be stored as UTF-8 (a lone surrogate escape) is not a message
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
         return False
     try:
         issued = datetime.fromisoformat(obj["issuedAt"].replace("z", "Z"))
@@ -195,31 +201,45 @@ class _Item:
     pop_receipt: str = "r"
 
 
+class _Queue:
+    def delete_message(self, message_id: str, pop_receipt: str) -> None:
+        pass
+
+
 @pytest.fixture
-def reader(tmp_path: Path) -> Tuple[ApprovalReader, _Imds, List[Any]]:
-    imds, published = _Imds(), []
+def reader(tmp_path: Path) -> Iterator[Tuple[ApprovalReader, _Imds, Outbox]]:
+    imds, outbox = _Imds(), Outbox(tmp_path / "outbox", max_rows=100_000)
+    vm = S._vm()
     approver = Approver(imds, Ledger(str(tmp_path)), VM_ID, VM_NAME)
-    return (ApprovalReader(queue=None, approver=approver, ledger=approver.ledger,
-                           publish=published.append, settings=ReaderSettings(max_clock_skew=SKEW)),
-            imds, published)
+
+    def publish(result: Any) -> None:  # as ApprovalService.publish: durable in the real outbox
+        outbox.put(envelope.approval_result(vm, result.data(vm.as_vm())))
+
+    yield (ApprovalReader(queue=_Queue(), approver=approver, ledger=approver.ledger, publish=publish,
+                          settings=ReaderSettings(max_clock_skew=SKEW)), imds, outbox)
+    outbox.close()
 
 
 @fuzz(150)
 @given(st.data())
 def test_the_real_reader_posts_only_what_the_oracle_allows(reader: Any, data: Any) -> None:
-    """Messages made around the real clock go through ApprovalReader._decide (ledger, approver,
-    gate): a POST happens only for a message the oracle accepts, and at most once per event."""
-    rd, imds, _ = reader
+    """Messages made around the real clock go through ApprovalReader.handle (ledger, approver, gate,
+    result into a real SQLite outbox): a POST happens only for a message the oracle accepts, at most
+    once per event, and every message's result is durable."""
+    rd, imds, outbox = reader
     now = datetime.now(timezone.utc)
     strategy = S.approval_message(now, VM_IDS, VM_NAMES, EVENT_IDS)
-    body = data.draw(st.one_of(strategy.map(json.dumps), S.mutated_approval(strategy).map(json.dumps)))
-    before = len(imds.posts)
-    result: Optional[Any] = rd._decide(_Item(id="q1", content=body))
-    assert result is not None and result.reason
+    body = data.draw(st.one_of(strategy.map(json.dumps), S.mutated_approval(strategy).map(json.dumps),
+                               S.hostile_approval_body(strategy)))
+    before, backlog = len(imds.posts), outbox.backlog()
+    rd.handle(_Item(id="q1", content=body))
+    assert outbox.backlog() == backlog + 1, "the result of this message is not durable"
+    result = outbox.peek(100_000)[-1].envelope["data"]
+    assert result["reason"]
     posted = len(imds.posts) - before
     if posted:
         later = datetime.now(timezone.utc) - timedelta(seconds=5)
         assert oracle(body, LIVE, later) or oracle(body, LIVE, now)
         assert imds.posts[-1] == ["E1-SCHEDULED-MINE"]
     assert sum(1 for p in imds.posts if p == ["E1-SCHEDULED-MINE"]) <= 1, "approved twice"
-    count("approval.real-reader", f"{result.outcome}{'+POST' if posted else ''}")
+    count("approval.real-reader", f"{result['outcome']}{'+POST' if posted else ''}")
