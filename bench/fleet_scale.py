@@ -1,0 +1,199 @@
+"""A simulated fleet through the sandbox Event Hubs server and central (the real function_app.py in the
+Functions runner, its own process): what the pipeline costs as the fleet grows.
+
+    python -m bench.fleet_scale [--sizes 100,1000] [--minutes 10] [--wave 0.05] [--events-per-vm-month 4]
+
+NOT one process per VM: synthetic envelopes at the rates that many forwarders produce. Per fleet size N:
+- offered rate: N heartbeats per heartbeat interval (60 s default) plus incarnations at the stated
+  maintenance rate (`--events-per-vm-month`, 3 incarnations per event: Scheduled, Started, gone);
+- played: `--minutes` of fleet heartbeats plus a maintenance wave (`--wave` of the VMs get a new
+  Scheduled event at once: decisions, approvals to the VMs' queues, alerts), published as fast as the
+  SDK goes while central consumes; measured: sustained envelopes/s (first publish -> last envelope
+  processed by central, from its ingest log lines) and central's CPU seconds (psutil, the runner
+  process, over the same window);
+- per hour of fleet traffic: central CPU s = measured CPU x (envelopes per fleet-hour / envelopes
+  played); queue transactions = N x idle receives per VM-hour (measured: a real approval reader on
+  Azurite, scaled to the 60 s slow interval) + approval traffic (per event: the fast-interval reads while
+  Scheduled, `--fast-minutes`, plus send, receive and delete), at the stated maintenance rate.
+Bounded: fixed envelope counts, every wait has a deadline, servers stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import zlib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Dict, List
+
+import psutil
+from azure.eventhub import EventData, EventHubProducerClient
+
+from bench import Figure, record
+from bench.central_throughput import FakeVm
+from sandbox import processes
+from tests.functions.conftest import RunnerFiles, start_runner
+
+HUB = "scheduled-events"
+PARTITIONS = 4
+HEARTBEAT_INTERVAL = 60.0  # the forwarder's default (docs/forwarder.md)
+HOURS_PER_MONTH = 730.0
+INGEST = re.compile(r"ingest: (\d+) received")
+
+
+def ingested(log: Path) -> int:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return sum(int(n) for n in INGEST.findall(text))
+
+
+def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]:
+    """`minutes` of heartbeats from every VM (one per VM per minute, in time order) with the maintenance
+    wave's incarnations (one new Scheduled event each) in the middle."""
+    now = datetime.now(timezone.utc)
+    out: List[bytes] = []
+    wave_vms = vms[: max(1, int(len(vms) * wave))]
+    for minute in range(minutes):
+        out += [vm.heartbeat(now) for vm in vms]
+        if minute == minutes // 2:
+            out += [vm.incarnation_env(now, with_event=True) for vm in wave_vms]
+    return out
+
+
+def publish(conn: str, bodies: List[bytes]) -> None:
+    """Many forwarders' sends arriving at the hub: grouped per partition (as the hub stores them)."""
+    per_partition: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
+    for body in bodies:
+        key = json.loads(body)["partitionkey"]
+        per_partition[zlib.crc32(key.encode()) % PARTITIONS].append(body)
+    producer = EventHubProducerClient.from_connection_string(conn)
+    with producer:
+        for pid, items in per_partition.items():
+            batch = producer.create_batch(partition_id=str(pid))
+            for body in items:
+                try:
+                    batch.add(EventData(body))
+                except ValueError:  # full: send it, start the next
+                    producer.send_batch(batch)
+                    batch = producer.create_batch(partition_id=str(pid))
+                    batch.add(EventData(body))
+            if len(batch):
+                producer.send_batch(batch)
+
+
+def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path) -> Dict[str, float]:
+    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}"], log_dir=work / f"eh{n}")
+    files = RunnerFiles(work / f"central{n}")
+    storage = azurite.extra["connection_string"]
+    files.write({
+        "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
+        "EventHubConnection": processes.eventhubs_connection_string(hub.port, HUB),
+        "EVENTHUB_NAME": HUB, "EVENTHUB_CONSUMER_GROUP": f"fleet{n}", "TABLE_PREFIX": f"fleet{n}",
+        "POLICY_JSON": "", "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic",
+        "REEVALUATE_SCHEDULE": "*/30 * * * * *",
+    })
+    central = start_runner(files, "function_app")
+    log = files.directory / "functions.log"
+    try:
+        proc = psutil.Process(central.pid)
+        time.sleep(3.0)  # idle after start-up: the window below holds only the fleet's traffic
+        vms = [FakeVm(i) for i in range(n)]
+        bodies = fleet_envelopes(vms, args.minutes, args.wave)
+        cpu0 = sum(proc.cpu_times()[:2])
+        t0 = time.monotonic()
+        publish(processes.eventhubs_connection_string(hub.port, HUB), bodies)
+        published_s = time.monotonic() - t0
+        deadline = t0 + args.timeout
+        while ingested(log) < len(bodies) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        elapsed = time.monotonic() - t0
+        cpu = sum(proc.cpu_times()[:2]) - cpu0
+        done = ingested(log)
+    finally:
+        central.stop()
+        hub.stop()
+    if done < len(bodies):
+        raise RuntimeError(f"{n} VMs: central processed {done} of {len(bodies)} envelopes "
+                           f"in {args.timeout} s")
+    incarnations_per_vm_hour = args.events_per_vm_month * 3 / HOURS_PER_MONTH
+    offered = n / HEARTBEAT_INTERVAL + n * incarnations_per_vm_hour / 3600.0
+    per_hour = offered * 3600.0
+    return {"vms": n, "envelopes": len(bodies), "publish_s": published_s, "elapsed_s": elapsed,
+            "sustained": len(bodies) / elapsed, "offered": offered, "cpu_s": cpu,
+            "cpu_s_per_fleet_hour": cpu * per_hour / len(bodies)}
+
+
+def idle_reads_per_vm_hour(work: Path, azurite: processes.Server) -> float:
+    """A real approval reader on Azurite (the approvals bench's measurement), scaled to the 60 s interval."""
+    from sandbox.imds.client import ImdsSimulator
+    from tests.forwarder_approvals.bench_approval_loop import idle_receives_per_hour
+    from tests.forwarder_approvals.helpers import VM0
+
+    imds = processes.start_imds(["--time-scale", "60", "--vm", json.dumps(VM0)], log_dir=work)
+    sim = ImdsSimulator(f"http://127.0.0.1:{imds.port}")
+    (work / "idle").mkdir()
+    try:
+        return float(idle_receives_per_hour(sim, azurite.extra["connection_string"], work / "idle",
+                                            seconds=6.0))
+    finally:
+        sim.close()
+        imds.stop()
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_scale")
+    parser.add_argument("--sizes", default="100,1000", help="fleet sizes, comma-separated")
+    parser.add_argument("--minutes", type=int, default=10, help="fleet-minutes of heartbeats played")
+    parser.add_argument("--wave", type=float, default=0.05, help="share of VMs in the maintenance wave")
+    parser.add_argument("--events-per-vm-month", type=float, default=4.0)
+    parser.add_argument("--fast-minutes", type=float, default=15.0,
+                        help="minutes a VM reads its queue at the fast interval per event (worst case)")
+    parser.add_argument("--fast-interval", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds per fleet size at most")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    figures: List[Figure] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        azurite = processes.start_azurite(log_dir=work)
+        try:
+            idle = idle_reads_per_vm_hour(work, azurite)
+            results = [run_size(n, args, azurite, work) for n in sizes]
+        finally:
+            azurite.stop()
+    per_event_tx = args.fast_minutes * 60.0 / args.fast_interval + 3  # fast reads + send, receive, delete
+    events_per_vm_hour = args.events_per_vm_month / HOURS_PER_MONTH
+    print(f"idle queue receives per VM-hour (measured, 60 s interval): {idle:.1f}")
+    print(f"approval traffic per event: {per_event_tx:.0f} transactions "
+          f"({args.fast_minutes:.0f} min at {args.fast_interval:.0f} s + send/receive/delete); "
+          f"{args.events_per_vm_month:g} events per VM-month")
+    base = results[0]
+    for r in results:
+        n = int(r["vms"])
+        tx = n * (idle + events_per_vm_hour * per_event_tx)
+        growth = r["cpu_s_per_fleet_hour"] / (base["cpu_s_per_fleet_hour"] or 1.0)
+        print(f"{n:>6} VMs: offered {r['offered']:.2f} envelopes/s; played {int(r['envelopes'])} in "
+              f"{r['elapsed_s']:.1f} s (publish {r['publish_s']:.1f} s) -> sustained {r['sustained']:.0f}/s; "
+              f"central CPU {r['cpu_s']:.2f} s -> {r['cpu_s_per_fleet_hour']:.1f} s per fleet-hour "
+              f"(x{growth:.2f} vs {int(base['vms'])} VMs); queue transactions/hour {tx:,.0f}")
+        label = f"{n} VMs"
+        figures += [
+            Figure("fleet_scale", f"{label}: offered envelopes/s", round(r["offered"], 2), "1/s"),
+            Figure("fleet_scale", f"{label}: sustained envelopes/s (EH -> central)", round(r["sustained"], 1),
+                   "1/s", f">= {r['offered']:.1f} (offered)", r["sustained"] >= r["offered"]),
+            Figure("fleet_scale", f"{label}: central CPU per fleet-hour", round(r["cpu_s_per_fleet_hour"], 1),
+                   "s/h", "<= 3600 (one core)", r["cpu_s_per_fleet_hour"] <= 3600),
+            Figure("fleet_scale", f"{label}: queue transactions/hour", round(tx), "1/h"),
+        ]
+    figures.insert(0, Figure("fleet_scale", "idle queue receives per VM-hour (measured)", round(idle, 1),
+                             "1/h", "<= 120", idle <= 120))
+    record(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
