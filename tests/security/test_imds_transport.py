@@ -30,8 +30,10 @@ def proxy() -> Iterator[Any]:
 def imds_requests(server: processes.Server) -> list:
     import requests
 
+    session = requests.Session()
+    session.trust_env = False  # the admin API directly, whatever proxy the test set
     url = f"http://{processes.LOOPBACK}:{server.port}/admin/requests?vm=vm0"
-    return requests.get(url, timeout=10).json()
+    return session.get(url, timeout=10).json()
 
 
 def test_check_cli_ignores_every_proxy_variable(imds_server: processes.Server, proxy: Any,
@@ -54,6 +56,23 @@ def test_check_cli_ignores_every_proxy_variable(imds_server: processes.Server, p
     subprocess.run([sys.executable, "-c", control],
                    capture_output=True, timeout=30, env=env, cwd=processes.REPO)
     assert proxy.seen and "control.invalid" in proxy.seen[0], proxy.seen
+
+
+def test_client_ignores_proxy_variables_with_no_proxy_set(
+        imds_server: processes.Server, proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, with NO_PROXY naming other hosts only (tests/forwarder covers it unset)."""
+    for name in PROXY_VARS:
+        monkeypatch.setenv(name, localhttp.url(proxy))
+    monkeypatch.setenv("NO_PROXY", "example.invalid,.corp.invalid")
+    monkeypatch.setenv("no_proxy", "example.invalid,.corp.invalid")
+    client = ImdsClient(f"http://{processes.LOOPBACK}:{imds_server.port}/vms/vm0")
+    try:
+        assert client.get_compute()["name"] == "vm0"
+        assert client.get_scheduled_events().status == 200
+    finally:
+        client.close()
+    assert proxy.seen == []
+    assert len(imds_requests(imds_server)) >= 2
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
