@@ -9,10 +9,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import List
 
-from bench import FIGURES_ENV, Figure, table
+from bench import FIGURES_ENV, Figure, report, table
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +31,7 @@ def modules() -> List[str]:
 
 def main(argv: List[str]) -> int:
     wanted = argv or modules()
+    started, clock = report.now(), time.monotonic()
     figures: List[Figure] = []
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,6 +49,10 @@ def main(argv: List[str]) -> int:
     print("\n" + table(figures))
     if failed:
         print(f"\nfailed: {', '.join(failed)}")
+    # The results file (README links it) is written only for a full run, never from a partial one.
+    if not argv:
+        path = report.write(figures, failed, started, time.monotonic() - clock)
+        print(f"\nwritten: {path.relative_to(HERE.parent)}")
     return 1 if failed else 0
 
 
