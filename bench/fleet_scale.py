@@ -189,6 +189,15 @@ def main(argv: List[str]) -> int:
                    "s/h", "<= 3600 (one core)", r["cpu_s_per_fleet_hour"] <= 3600),
             Figure("fleet_scale", f"{label}: queue transactions/hour", round(tx), "1/h"),
         ]
+    if len(results) > 1:
+        last = results[-1]
+        size_ratio = last["vms"] / base["vms"]
+        growth_of = (("cpu_s_per_fleet_hour", "central CPU per fleet-hour"),
+                     ("sustained", "sustained envelopes/s"))
+        for key, what in growth_of:
+            ratio = last[key] / (base[key] or 1.0)
+            figures.append(Figure("fleet_scale", f"{what}: x growth for x{size_ratio:g} VMs "
+                                  f"({int(base['vms'])} -> {int(last['vms'])})", round(ratio, 2), "x"))
     figures.insert(0, Figure("fleet_scale", "idle queue receives per VM-hour (measured)", round(idle, 1),
                              "1/h", "<= 120", idle <= 120))
     record(figures)
