@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from typing import Any, Dict, List
+from urllib.parse import quote
 
 from azure.core.exceptions import HttpResponseError
 from azure.core.rest import HttpRequest
@@ -21,6 +22,12 @@ from azure.data.tables import TableClient
 from azure.data.tables._serialize import _add_entity_properties, _prepare_key  # pinned SDK (12.7.0)
 
 _STATUS = re.compile(rb"^HTTP/1\.1 (\d{3})", re.MULTILINE)
+
+
+def _url_key(key: str) -> str:
+    """A key inside the sub-request's URL: quotes doubled (OData) then percent-encoded, as the SDK does
+    (a raw space or '%' would break the request line)."""
+    return quote(_prepare_key(key), safe="")
 
 
 class WireBatchError(RuntimeError):
@@ -36,8 +43,8 @@ def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
     for i, entity in enumerate(entities):
         payload = json.dumps(_add_entity_properties(entity))
         url = (
-            f"{base}/{client.table_name}(PartitionKey='{_prepare_key(entity['PartitionKey'])}',"
-            f"RowKey='{_prepare_key(entity['RowKey'])}')"
+            f"{base}/{client.table_name}(PartitionKey='{_url_key(entity['PartitionKey'])}',"
+            f"RowKey='{_url_key(entity['RowKey'])}')"
         )
         parts.append(
             f"--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
