@@ -9,6 +9,7 @@ calls, since the Functions worker may run the timer and the trigger on different
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from collections import OrderedDict, deque
@@ -32,6 +33,10 @@ from .timeutil import aware, iso
 from .vms import VmState
 
 log = logging.getLogger(__name__)
+
+# Seconds a claimed-but-unmarked approval may be in flight at another instance before an adopter
+# re-sends it (the claimer crashed between claim and send).
+CLAIM_SEND_GRACE = 30
 
 # Seconds between two `se.heartbeat` log markers of one VM; must stay well under the heartbeat-missing
 # alert's window (infra parameter heartbeatMissingMinutes, default 15).
@@ -735,6 +740,7 @@ class CentralService:
             "DecidedBy": by,
             "At": self._now,
             "ExpiresAt": expires,
+            "Message": json.dumps(message, separators=(",", ":")),  # so an adopter can re-send it
         }
         if not self.store.claim(claim_key, claim_partition, **claim):
             # another instance (or this one before a restart) sent attempt N: adopt it, so its
@@ -749,6 +755,7 @@ class CentralService:
             self._result.errors.append(f"approval for {rec.event_id} not sent: {exc}"[:500])
             log.error("approval for %s to %s not sent: %s", rec.event_id, leader.name, exc)
             return False
+        self.store.mark_claim(claim_key, claim_partition, Sent=True)
         rec.approvals.append(
             Approval(
                 attempt,
@@ -788,6 +795,19 @@ class CentralService:
             return
         sent_at = aware(claim.get("At")) if isinstance(claim.get("At"), datetime) else self._now
         expires = aware(claim["ExpiresAt"]) if isinstance(claim.get("ExpiresAt"), datetime) else sent_at
+        if not claim.get("Sent") and claim.get("Message") and expires > self._now + timedelta(seconds=1):
+            # Claimed but never marked sent: the claimer crashed before its send, or is sending now.
+            if (self._now - sent_at).total_seconds() < CLAIM_SEND_GRACE:
+                return  # maybe in flight: look again at the next evaluation
+            try:  # re-send the very message (same messageId): the VM approves an event at most once
+                self.sender.send(json.loads(claim["Message"]), self._now, expires)
+            except AzureError as exc:
+                log.error("approval %d of %s (claimed, unsent) not re-sent: %s", attempt, rec.event_id, exc)
+                return
+            self.store.mark_claim(f"{rec.event_id}:approval:{attempt}", rows.claim_partition(rec.event_id),
+                                  Sent=True)
+            log.warning("approval %d of %s was claimed but never sent (a crash?); sent it now",
+                        attempt, rec.event_id)
         rec.approvals.append(
             Approval(
                 attempt,

@@ -199,6 +199,15 @@ class TableLog:
         except AzureError as exc:
             raise StoreError(f"claim {key!r} unreadable: {exc}") from exc
 
+    def mark_claim(self, key: str, partition: str, **columns: Any) -> None:
+        """Add columns to a claim row (e.g. Sent once the guarded action happened). Best effort: an
+        unmarked claim is re-done by whoever adopts it, and every such action is idempotent."""
+        entity = {"PartitionKey": partition, "RowKey": safe_key(key), **columns}
+        try:
+            self.service.get_table_client(self.name("Claims")).update_entity(entity, mode=UpdateMode.MERGE)
+        except AzureError as exc:
+            log.warning("claim %r not marked: %s", key, exc)
+
     def release(self, key: str, partition: str) -> None:
         """Give a claim back (the action it guarded did not happen). Best effort."""
         try:
