@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
+from bench import Figure, record
 from sandbox import processes
 
 HUB = "bench"
@@ -124,8 +125,13 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{args.vms} partition keys, azure-eventhub sync SDK")
     print(f"  published: {args.count / sent_s:,.0f} envelopes/s ({sent_s:.2f} s, "
           f"{args.count * size / sent_s / 1e6:.1f} MB/s)")
+    figures = [Figure("eventhubs_throughput", f"published through the real SDK ({size} B envelopes)",
+                      round(args.count / sent_s), "envelopes/s")]
     if read_s is not None:
         print(f"  consumed:  {args.count / read_s:,.0f} envelopes/s ({read_s:.2f} s, first to last event)")
+        figures.append(Figure("eventhubs_throughput", "consumed through the real SDK",
+                              round(args.count / read_s), "envelopes/s"))
+    record(figures)
     return 0 if read_s is not None else 1
 
 
