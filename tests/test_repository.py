@@ -32,3 +32,13 @@ def test_readme_settings_table_is_generated_from_the_sources() -> None:
 
     readme = (REPO / "README.md").read_text()
     assert block() in readme, "README.md settings table is stale: run python -m tools.settings_table --write"
+
+
+def test_every_relative_link_in_the_docs_exists() -> None:
+    import re
+
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            assert (page.parent / target).exists(), f"{page.name} links to a missing {target}"
