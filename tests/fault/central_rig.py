@@ -4,7 +4,6 @@ and readers of what central left behind (Azurite queues and tables, the webhook 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -20,6 +19,7 @@ from azure.storage.queue import QueueServiceClient
 from central.approvals import queue_name
 from sandbox import processes
 from tests.central.factory import Vm, event
+from tests.forwarder.helpers import wait_until
 from tests.functions.conftest import RunnerFiles, start_runner
 
 HUB = "scheduled-events"
@@ -122,14 +122,7 @@ def webhook_alerts(webhook: processes.Server) -> List[Dict[str, Any]]:
 
 
 def wait_for(predicate: Any, timeout: float, what: str, step: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
+    return wait_until(predicate, timeout=timeout, step=step, what=what)
 
 
 def runner_dir(tmp: Path, n: int) -> RunnerFiles:
