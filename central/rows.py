@@ -264,7 +264,10 @@ def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
     return entity
 
 
-def alert_entity(alert: Alert, delivery: Delivery, fmt: str) -> Dict[str, Any]:
+def alert_entity(alert: Alert, delivery: Optional[Delivery], fmt: str) -> Dict[str, Any]:
+    """The Alerts row. `delivery` None: the alert was claimed by an earlier instance (or this one
+    before a crash), so whether it was delivered is not known here: the row gets everything but the
+    delivery columns, and a merge never overwrites what the sender recorded."""
     entity = {
         "PartitionKey": day(alert.at),
         "RowKey": safe_key(alert.key),
@@ -276,13 +279,11 @@ def alert_entity(alert: Alert, delivery: Delivery, fmt: str) -> Dict[str, Any]:
         "EventId": alert.event_id or "",
         "Status": alert.status or "",
         "At": alert.at,
-        "Sent": delivery.sent,
-        "Attempts": delivery.attempts,
-        "Rounds": alert.rounds,
-        "Error": delivery.error[:1000],
-        "HttpStatus": delivery.http_status,
         "Format": fmt,
     }
+    if delivery is not None:
+        entity.update({"Sent": delivery.sent, "Attempts": delivery.attempts, "Rounds": alert.rounds,
+                       "Error": delivery.error[:1000], "HttpStatus": delivery.http_status})
     put_json(entity, "Facts", alert.facts)
     return {k: v for k, v in entity.items() if v is not None}
 

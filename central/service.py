@@ -333,7 +333,9 @@ class CentralService:
             held = None
         for alert in self._alerts:
             if alert.rounds == 0 and held is not None and alert.key not in held:
-                self._alerted.add(alert.key)  # another instance sent it
+                self._alerted.add(alert.key)  # another instance sent it (or this one before a crash)
+                # its Alerts row may never have been written (a crash between POST and flush)
+                self.store.stage("Alerts", rows.alert_entity(alert, None, self.alerter.fmt))
                 continue
             self._deliver(alert)
         for event_id in self._dirty_events:
