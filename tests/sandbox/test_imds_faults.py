@@ -13,6 +13,7 @@ import requests
 import schemas
 from sandbox import processes
 from sandbox.imds.client import ImdsSimulator
+from tests.sandbox.simulator import running
 
 SE = "/metadata/scheduledevents"
 COMPUTE = "/metadata/instance/compute"
@@ -21,12 +22,8 @@ HOUR = 3600
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImdsSimulator]:
-    server = processes.start_imds(["--time-scale", "600", "--rate-limit", "0", "--vm", "vm0", "--vm", "vm1"],
-                                  log_dir=tmp_path_factory.mktemp("imds"))
-    client = ImdsSimulator(f"http://{processes.LOOPBACK}:{server.port}")
-    yield client
-    client.close()
-    server.stop()
+    yield from running(["--time-scale", "600", "--rate-limit", "0", "--vm", "vm0", "--vm", "vm1"],
+                       tmp_path_factory.mktemp("imds"))
 
 
 @pytest.fixture(autouse=True)

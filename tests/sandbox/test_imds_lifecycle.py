@@ -13,8 +13,8 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 import schemas
-from sandbox import processes
 from sandbox.imds.client import ImdsSimulator, wait_for
+from tests.sandbox.simulator import running
 
 SE = "/metadata/scheduledevents"
 SCALE = 600.0
@@ -23,13 +23,9 @@ HOUR = 3600  # simulated seconds: 6 s real, longer than any test here waits
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImdsSimulator]:
-    server = processes.start_imds(["--time-scale", str(SCALE), "--rate-limit", "0",
-                                   "--vm", "vm0", "--vm", "vm1", "--vm", "vm2"],
-                                  log_dir=tmp_path_factory.mktemp("imds"))
-    client = ImdsSimulator(f"http://{processes.LOOPBACK}:{server.port}")
-    yield client
-    client.close()
-    server.stop()
+    yield from running(["--time-scale", str(SCALE), "--rate-limit", "0",
+                        "--vm", "vm0", "--vm", "vm1", "--vm", "vm2"],
+                       tmp_path_factory.mktemp("imds"))
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ import pytest
 from sandbox import processes
 from sandbox.imds.client import ImdsSimulator
 from sandbox.imds.identity import from_spec
+from tests.sandbox.simulator import running
 
 VERSIONS = ["2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01"]
 SE = "/metadata/scheduledevents"
@@ -27,12 +28,8 @@ SCALESET_VM = {"name": "web_3", "vmScaleSetName": "web", "zone": "2", "platformU
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImdsSimulator]:
     """No rate limit here (its own test below): these tests make many quick requests."""
-    server = processes.start_imds(["--rate-limit", "0", "--vm", "vm0", "--vm", json.dumps(SCALESET_VM)],
-                                  log_dir=tmp_path_factory.mktemp("imds"))
-    client = ImdsSimulator(f"http://{processes.LOOPBACK}:{server.port}")
-    yield client
-    client.close()
-    server.stop()
+    yield from running(["--rate-limit", "0", "--vm", "vm0", "--vm", json.dumps(SCALESET_VM)],
+                       tmp_path_factory.mktemp("imds"))
 
 
 @pytest.fixture(autouse=True)
