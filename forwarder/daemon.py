@@ -41,19 +41,14 @@ class Worker:
                 backoff.reset()
             except ImdsStopped:
                 break
-            except ImdsError as exc:  # expected faults: one line, no traceback
+            except Exception as exc:  # never dies on a fault: log, back off, go on
                 self.failures += 1
                 delay = backoff.next_delay()
-                log.warning(f"{self.name}: {exc}",
-                            extra=logs.fields(worker=self.name, retryIn=round(delay, 2)))
-                stop.wait(delay)
-                next_at = time.monotonic()
-                continue
-            except Exception:
-                self.failures += 1
-                delay = backoff.next_delay()
-                log.exception(f"{self.name} step failed; backing off",
-                              extra=logs.fields(worker=self.name, retryIn=round(delay, 2)))
+                fields = logs.fields(worker=self.name, retryIn=round(delay, 2))
+                if isinstance(exc, ImdsError):  # an expected fault: one line, no traceback
+                    log.warning(f"{self.name}: {exc}", extra=fields)
+                else:
+                    log.exception(f"{self.name} step failed; backing off", extra=fields)
                 stop.wait(delay)
                 next_at = time.monotonic()
                 continue
