@@ -126,7 +126,8 @@ def _message(err: ValidationError) -> str:
     budget = len(where) == 2 and where[0] == "budgets" and isinstance(err.instance, dict)
     if err.validator == "oneOf" and budget:
         both = all(k in err.instance for k in ("maxImpacted", "maxImpactedPercent"))
-        return f"{'both' if both else 'neither'} maxImpacted and maxImpactedPercent given"
+        return ("both maxImpacted and maxImpactedPercent given" if both
+                else "neither maxImpacted nor maxImpactedPercent given")
     return err.message
 
 
