@@ -11,11 +11,23 @@ import pytest
 from central import budgets, matching, policy, policy_lint
 from central.vms import VmState
 
-RID = "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/web/virtualMachines/0"
-WEB = VmState("id-web", "web_0", resource_id=RID.format(sub="SUB-1111", rg="rg-prod-web"), scale_set="web",
-              placement_group="9f3c-pg", zone="2", tags={"role": "web", "env": "Prod"})
-SOLO = VmState("id-solo", "solo1", resource_id="/subscriptions/sub-2222/resourceGroups/RG-Dev/providers/"
-               "Microsoft.Compute/virtualMachines/solo1", tags={"role": "db"})
+RID = "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/web"
+WEB = VmState(
+    "id-web",
+    "web_0",
+    resource_id=RID.format(sub="SUB-1111", rg="rg-prod-web"),
+    scale_set="web",
+    placement_group="9f3c-pg",
+    zone="2",
+    tags={"role": "web", "env": "Prod"},
+)
+SOLO = VmState(
+    "id-solo",
+    "solo1",
+    resource_id="/subscriptions/sub-2222/resourceGroups/RG-Dev/providers/"
+    "Microsoft.Compute/virtualMachines/solo1",
+    tags={"role": "db"},
+)
 
 
 def fits(match: Dict[str, Any], vm: VmState, event_type: str = "Reboot") -> bool:
@@ -41,7 +53,9 @@ def test_star_in_every_name_field_fits_a_vm_that_has_a_value_and_no_other(key: s
         ("subscriptions", "sub-11*", "sub-22*"),
     ],
 )
-def test_every_name_field_takes_the_same_case_insensitive_patterns(key: str, pattern: str, other: str) -> None:
+def test_every_name_field_takes_the_same_case_insensitive_patterns(
+    key: str, pattern: str, other: str
+) -> None:
     assert fits({key: [other, pattern]}, WEB)
     assert not fits({key: [other]}, WEB)
 
@@ -146,7 +160,9 @@ def _load(rules: Any, **extra: Any) -> policy.Policy:
     ],
 )
 def test_lint_finds_rules_an_earlier_rule_shadows(first: Any, second: Any, shadowed: bool) -> None:
-    p = _load([{"name": "a", "match": first, "action": "hold"}, {"name": "b", "match": second, "action": "approve"}])
+    p = _load(
+        [{"name": "a", "match": first, "action": "hold"}, {"name": "b", "match": second, "action": "approve"}]
+    )
     found = [f for f in policy_lint.lint(p) if f.code == "shadowed-rule"]
     assert bool(found) is shadowed
     if shadowed:
@@ -154,11 +170,14 @@ def test_lint_finds_rules_an_earlier_rule_shadows(first: Any, second: Any, shado
 
 
 def test_window_longest_closed_stretch() -> None:
-    p = _load([], windows={
-        "nightly": {"start": "22:00", "end": "04:00"},
-        "weekend": {"days": ["Sat", "Sun"], "start": "00:00", "end": "24:00"},
-        "always": {"start": "00:00", "end": "24:00"},
-    })
+    p = _load(
+        [],
+        windows={
+            "nightly": {"start": "22:00", "end": "04:00"},
+            "weekend": {"days": ["Sat", "Sun"], "start": "00:00", "end": "24:00"},
+            "always": {"start": "00:00", "end": "24:00"},
+        },
+    )
     assert policy_lint.longest_closed_minutes(p.windows["nightly"]) == 18 * 60
     assert policy_lint.longest_closed_minutes(p.windows["weekend"]) == 5 * 24 * 60
     assert policy_lint.longest_closed_minutes(p.windows["always"]) == 0
@@ -166,8 +185,14 @@ def test_window_longest_closed_stretch() -> None:
 
 def test_window_rule_is_flagged_for_types_whose_notice_is_shorter_than_the_closed_stretch() -> None:
     windows = {"w": {"start": "00:00", "end": "23:50"}}  # closed 10 min a day
-    rules = [{"name": "r", "match": {"eventTypes": ["Freeze", "Redeploy", "Preempt"]},
-              "action": "approve-in-window", "window": "w"}]
+    rules = [
+        {
+            "name": "r",
+            "match": {"eventTypes": ["Freeze", "Redeploy", "Preempt"]},
+            "action": "approve-in-window",
+            "window": "w",
+        }
+    ]
     found = [f for f in policy_lint.lint(_load(rules, windows=windows)) if f.code == "window-after-notice"]
     assert len(found) == 1 and found[0].severity == "warning" and found[0].path == "/rules/0/window"
     assert "Preempt 30 s" in found[0].message
