@@ -77,15 +77,19 @@ def name_fits(value: str, patterns: Sequence[str]) -> bool:
     if not value:
         return False
     folded = value.casefold()
-    return any(fnmatchcase(folded, p.casefold()) for p in patterns)
+    for pattern in patterns:
+        wanted = pattern.casefold()
+        if folded == wanted or (has_wildcard(wanted) and fnmatchcase(folded, wanted)):
+            return True
+    return False
 
 
 def tag_fits(value: Optional[str], accepted: Any) -> bool:
     """A present tag value fits the accepted value or one of the list (case-sensitive fnmatch)."""
     if value is None:
         return False
-    patterns = [accepted] if isinstance(accepted, str) else list(accepted)
-    return any(fnmatchcase(value, p) for p in patterns)
+    patterns = [accepted] if isinstance(accepted, str) else accepted
+    return any(value == p or (has_wildcard(p) and fnmatchcase(value, p)) for p in patterns)
 
 
 def duration_fits(duration: int, rng: Mapping[str, int]) -> bool:
@@ -121,18 +125,31 @@ def vm_misses(match: Mapping[str, Any], vm: VmState) -> List[Miss]:
 
 
 def has_vm_conditions(match: Mapping[str, Any]) -> bool:
-    return any(k in match for k in VM_KEYS)
+    return not match.keys().isdisjoint(VM_KEYS)
 
 
 def fits(
     match: Mapping[str, Any], event_type: str, source: str, duration: int, vms: Sequence[VmState]
 ) -> bool:
-    """All event conditions hold and, when there are VM conditions, at least one VM fits them all."""
-    if event_misses(match, event_type, source, duration):
+    """All event conditions hold and, when there are VM conditions, at least one VM fits them all.
+    The same answer as `not misses(...)`, without building reasons (central's hot path)."""
+    if "eventTypes" in match and event_type not in match["eventTypes"]:
+        return False
+    if "eventSources" in match and source not in match["eventSources"]:
+        return False
+    rng = match.get("durationInSeconds")
+    if rng is not None and not duration_fits(duration, rng):
         return False
     if has_vm_conditions(match):
-        return any(not vm_misses(match, vm) for vm in vms)
+        return any(_vm_fits(match, vm) for vm in vms)
     return True
+
+
+def _vm_fits(match: Mapping[str, Any], vm: VmState) -> bool:
+    for tag, accepted in (match.get("tags") or {}).items():
+        if not tag_fits(vm.tags.get(tag), accepted):
+            return False
+    return all(name_fits(name_value(vm, key), match[key]) for key in NAME_KEYS if key in match)
 
 
 def misses(
@@ -151,4 +168,4 @@ def misses(
 
 
 def has_wildcard(pattern: str) -> bool:
-    return any(c in WILDCARDS for c in pattern)
+    return not WILDCARDS.isdisjoint(pattern)
