@@ -19,6 +19,7 @@ from .matching import Miss
 from .vms import VmState
 
 SCHEMA = "policy.schema.json"
+MAX_ERRORS = 20
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 ACTIONS = ("approve", "approve-after-hook", "approve-in-window", "hold")
 
@@ -175,7 +176,10 @@ def load(text: Optional[str]) -> Policy:
         raise PolicyError([{"path": "/", "message": f"not JSON: {exc}"}]) from None
     errs = policy_check.document_errors(doc)  # schema and semantic errors, all at once
     if errs:
-        raise PolicyError([{"path": e.path, "message": e.message} for e in errs])
+        shown = [{"path": e.path, "message": e.message} for e in errs[:MAX_ERRORS]]
+        if len(errs) > MAX_ERRORS:  # health() and the alert carry the list: keep it bounded
+            shown.append({"path": "/", "message": f"... and {len(errs) - MAX_ERRORS} more (se-policy check)"})
+        raise PolicyError(shown)
     windows = {
         name: Window(
             name,

@@ -197,3 +197,15 @@ def test_window_rule_is_flagged_for_types_whose_notice_is_shorter_than_the_close
     assert len(found) == 1 and found[0].severity == "warning" and found[0].path == "/rules/0/window"
     assert "Preempt 30 s" in found[0].message
     assert "Freeze" not in found[0].message and "Redeploy" not in found[0].message  # 10 min is not > 10 min
+
+
+def test_load_reports_schema_and_semantic_errors_together_and_bounded() -> None:
+    doc = {"version": 1, "windows": {"w": {"start": "2:00", "end": "04:00", "timeZone": "Europe/Olso"}}}
+    with pytest.raises(policy.PolicyError) as info:
+        policy.load(json.dumps(doc))
+    assert [e["path"] for e in info.value.errors] == ["/windows/w/start", "/windows/w/timeZone"]
+    many = {"version": 1, "rules": [{"name": f"r{i}", "action": "nope"} for i in range(100)]}
+    with pytest.raises(policy.PolicyError) as info:
+        policy.load(json.dumps(many))
+    assert len(info.value.errors) == policy.MAX_ERRORS + 1
+    assert info.value.errors[-1]["message"] == "... and 80 more (se-policy check)"
