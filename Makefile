@@ -7,10 +7,12 @@ NODE_STAMP := node_modules/.installed
 
 .PHONY: demo test test-quick lint bench fault wheelhouse clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml ops/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	# the operators' tools (se-policy): their own distribution, so the VMs' forwarder wheel stays as it is
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ops
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json

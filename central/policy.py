@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from fnmatch import fnmatchcase
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-import schemas
-
+from . import budgets, matching, policy_check
+from .matching import Miss
 from .vms import VmState
 
 SCHEMA = "policy.schema.json"
+MAX_ERRORS = 20
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 ACTIONS = ("approve", "approve-after-hook", "approve-in-window", "hold")
 
@@ -73,9 +73,12 @@ class Window:
 @dataclass(frozen=True)
 class Budget:
     name: str
-    group_by: str
+    group_by: str  # scaleSet | placementGroup | zone | tag | fleet
     tag: str
+    # The count for maxImpacted budgets. A percentage budget keeps 1 here (the safe floor) for code
+    # that reads it directly; budget_limit() / limit() give its real limit for a group's size.
     max_impacted: int
+    percent: Optional[int] = None  # maxImpactedPercent: a share of the group's VMs
 
     def group_of(self, vm: VmState) -> Optional[str]:
         """The group key this VM counts in, or None when the VM is in no group of this kind."""
@@ -84,8 +87,13 @@ class Budget:
             "placementGroup": vm.placement_group,
             "zone": vm.zone,
             "tag": vm.tags.get(self.tag, ""),
+            "fleet": "fleet",
         }[self.group_by]
         return f"{self.name}:{value.lower()}" if value else None
+
+    def limit(self, group_size: int) -> int:
+        """How many VMs of a group of `group_size` known VMs may be impacted at once."""
+        return budgets.budget_limit(self, group_size)
 
 
 @dataclass(frozen=True)
@@ -99,36 +107,11 @@ class Rule:
     budgets: Optional[Tuple[str, ...]] = None  # None = every budget
 
     def fits(self, event_type: str, source: str, duration: int, vms: Sequence[VmState]) -> bool:
-        m = self.match
-        if "eventTypes" in m and event_type not in m["eventTypes"]:
-            return False
-        if "eventSources" in m and source not in m["eventSources"]:
-            return False
-        rng = m.get("durationInSeconds")
-        if rng is not None:
-            if "min" in rng and duration < rng["min"]:
-                return False
-            if "max" in rng and duration >= rng["max"]:
-                return False
-        vm_keys = ("tags", "scaleSets", "placementGroups", "zones", "vmNames")
-        if any(k in m for k in vm_keys):
-            return any(self._fits_vm(vm) for vm in vms)
-        return True
+        return matching.fits(self.match, event_type, source, duration, vms)
 
-    def _fits_vm(self, vm: VmState) -> bool:
-        m = self.match
-        for key, want in (m.get("tags") or {}).items():
-            have = vm.tags.get(key)
-            accepted = [want] if isinstance(want, str) else list(want)
-            if have is None or ("*" not in accepted and have not in accepted):
-                return False
-        if "scaleSets" in m and vm.scale_set.lower() not in {s.lower() for s in m["scaleSets"]}:
-            return False
-        if "placementGroups" in m and vm.placement_group not in m["placementGroups"]:
-            return False
-        if "zones" in m and vm.zone not in m["zones"]:
-            return False
-        return not ("vmNames" in m and not any(fnmatchcase(vm.name, p) for p in m["vmNames"]))
+    def misses(self, event_type: str, source: str, duration: int, vms: Sequence[VmState]) -> List[Miss]:
+        """Why this rule does not fit (empty: it fits); see central/matching.py."""
+        return matching.misses(self.match, event_type, source, duration, vms)
 
 
 DEFAULT_RULES: Tuple[Rule, ...] = (
@@ -183,42 +166,6 @@ def _clock(text: str) -> int:
     return int(hours) * 60 + int(minutes)
 
 
-def _semantic_errors(doc: Dict[str, Any]) -> List[Dict[str, str]]:
-    """What the schema cannot say: references resolve, zones exist, ranges are not empty."""
-    errs: List[Dict[str, str]] = []
-    windows = doc.get("windows") or {}
-    budgets = doc.get("budgets") or {}
-    for name, win in windows.items():
-        zone = win.get("timeZone", "UTC")
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            errs.append({"path": f"/windows/{name}/timeZone", "message": f"unknown time zone {zone!r}"})
-        if win["start"] == win["end"]:
-            errs.append(
-                {"path": f"/windows/{name}", "message": "start equals end: the window would never open"}
-            )
-    for i, rule in enumerate(doc.get("rules") or []):
-        if "window" in rule and rule["window"] not in windows:
-            errs.append(
-                {"path": f"/rules/{i}/window", "message": f"no window named {rule['window']!r} in /windows"}
-            )
-        if "window" in rule and rule["action"] != "approve-in-window":
-            errs.append(
-                {"path": f"/rules/{i}/window", "message": "window is only used by action approve-in-window"}
-            )
-        for b in rule.get("budgets") or []:
-            if b not in budgets:
-                errs.append({"path": f"/rules/{i}/budgets", "message": f"no budget named {b!r} in /budgets"})
-        rng = (rule.get("match") or {}).get("durationInSeconds") or {}
-        if "min" in rng and "max" in rng and rng["min"] >= rng["max"]:
-            errs.append({"path": f"/rules/{i}/match/durationInSeconds", "message": "min must be below max"})
-    names = [r["name"] for r in doc.get("rules") or []]
-    for dup in sorted({n for n in names if names.count(n) > 1}):
-        errs.append({"path": "/rules", "message": f"rule name {dup!r} is used twice"})
-    return errs
-
-
 def load(text: Optional[str]) -> Policy:
     """Parse POLICY_JSON. Empty or None -> the built-in defaults. Invalid -> PolicyError."""
     if text is None or not text.strip():
@@ -227,9 +174,12 @@ def load(text: Optional[str]) -> Policy:
         doc = json.loads(text)
     except ValueError as exc:
         raise PolicyError([{"path": "/", "message": f"not JSON: {exc}"}]) from None
-    errs = schemas.errors(SCHEMA, doc) or _semantic_errors(doc)
+    errs = policy_check.document_errors(doc)  # schema and semantic errors, all at once
     if errs:
-        raise PolicyError(errs)
+        shown = [{"path": e.path, "message": e.message} for e in errs[:MAX_ERRORS]]
+        if len(errs) > MAX_ERRORS:  # health() and the alert carry the list: keep it bounded
+            shown.append({"path": "/", "message": f"... and {len(errs) - MAX_ERRORS} more (se-policy check)"})
+        raise PolicyError(shown)
     windows = {
         name: Window(
             name,
@@ -240,8 +190,10 @@ def load(text: Optional[str]) -> Policy:
         )
         for name, w in (doc.get("windows") or {}).items()
     }
-    budgets = {
-        name: Budget(name, b["groupBy"], b.get("tag", ""), b["maxImpacted"])
+    budget_map = {
+        name: Budget(
+            name, b["groupBy"], b.get("tag", ""), b.get("maxImpacted", 1), b.get("maxImpactedPercent")
+        )
         for name, b in (doc.get("budgets") or {}).items()
     }
     rules = tuple(
@@ -258,7 +210,7 @@ def load(text: Optional[str]) -> Policy:
     )
     if doc.get("useDefaults", True):
         rules = rules + DEFAULT_RULES
-    return Policy(rules, windows, budgets, "setting")
+    return Policy(rules, windows, budget_map, "setting")
 
 
 def fallback(error: PolicyError) -> Policy:
