@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from .attested import DEFAULT_LIFETIME, AttestedDocuments, TestPki
+from .attested import DEFAULT_LIFETIME, AttestedDocuments, SandboxPki
 from .identity import Identity, from_spec
 from .server import build, run_forever, serve
 
@@ -58,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     vms: List[Identity] = args.vm or [from_spec({"name": "vm0"})]
     if len({v.name for v in vms}) != len(vms):
         parser().error("VM names must be unique")
-    attestation = AttestedDocuments(TestPki.generate(vms[0].location), lifetime=args.attestation_lifetime,
+    attestation = AttestedDocuments(SandboxPki.generate(vms[0].location), lifetime=args.attestation_lifetime,
                                     cache_seconds=args.attestation_cache_seconds)
     if args.attestation_dir is not None:
         attestation.pki.write_trust(args.attestation_dir)

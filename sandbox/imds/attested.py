@@ -94,7 +94,7 @@ def _issue(subject: str, issuer: Optional[_Issued], ca: bool, now: dt.datetime, 
 
 
 @dataclass
-class TestPki:
+class SandboxPki:
     """A root, an intermediate and a signing leaf, made fresh for each simulator run."""
 
     root: _Issued
@@ -102,7 +102,7 @@ class TestPki:
     leaf: _Issued
 
     @classmethod
-    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN) -> TestPki:
+    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN) -> SandboxPki:
         now = dt.datetime.now(dt.timezone.utc)
         root = _issue("se-sandbox Test Root", None, True, now, days=30)
         intermediate = _issue("se-sandbox Test TLS Issuing CA 01", root, True, now, days=30)
@@ -150,7 +150,7 @@ def content(identity: Identity, nonce: str, created: float, lifetime: float) -> 
 class AttestedDocuments:
     """Answers the route for every simulated VM; thread-safe (the server is threaded)."""
 
-    pki: TestPki
+    pki: SandboxPki
     lifetime: float = DEFAULT_LIFETIME
     cache_seconds: float = 0.0
     _cache: Dict[str, Tuple[float, Dict[str, str]]] = field(default_factory=dict)
