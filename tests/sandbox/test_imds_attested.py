@@ -18,6 +18,7 @@ from sandbox import processes
 from tests.forwarder.helpers import admin
 
 URL = "/metadata/attested/document"
+REST_SPEC_NONCE = "abcde12345"  # the IMDS REST spec's example nonce  # pragma: allowlist secret
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +44,14 @@ def signed(answer: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
 
 def test_answer_has_azures_shape_and_fields(sim: Tuple[processes.Server, Path]) -> None:
     server, _ = sim
-    resp = get(server, "vm0", nonce="abcde12345")
+    resp = get(server, "vm0", nonce=REST_SPEC_NONCE)
     assert resp.status_code == 200
     answer = resp.json()
     assert set(answer) == {"encoding", "signature"} and answer["encoding"] == "pkcs7"
     content, data = signed(answer)
     vm0 = admin(server, "GET", "/vms/vm0")
     assert content["vmId"] == vm0["vmId"] and content["subscriptionId"] == vm0["subscriptionId"]
-    assert content["nonce"] == "abcde12345"
+    assert content["nonce"] == REST_SPEC_NONCE
     assert set(content) >= {"nonce", "plan", "sku", "subscriptionId", "timeStamp", "vmId"}
     created = dt.datetime.strptime(content["timeStamp"]["createdOn"], "%m/%d/%y %H:%M:%S %z")
     expires = dt.datetime.strptime(content["timeStamp"]["expiresOn"], "%m/%d/%y %H:%M:%S %z")
