@@ -25,6 +25,13 @@ def _positive_float(text: Any) -> float:
     return value
 
 
+def _non_negative_float(text: Any) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
 def _positive_int(text: Any) -> int:
     value = int(text)
     if value < 1:
@@ -90,6 +97,11 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("eventhub_connection_string", "", "Event Hubs connection string: emulator/sandbox ONLY "
             "(production uses managed identity)", secret=True),
     Setting("client_id", "", "client id of a user-assigned managed identity (empty: system-assigned)"),
+    Setting("authenticate", False, "sign each envelope with a key of this boot bound to the VM by IMDS's "
+            "attested document (Event Hubs sink; docs/security.md)", _bool),
+    Setting("attestation_attach_every", 0.0, "seconds between events carrying the attested document "
+            "besides each send's first (0: every event; more needs central's key store)",
+            _non_negative_float),
     Setting("outbox_max_rows", 10000, "most envelopes kept pending; when full the oldest heartbeats, "
             "then the oldest others are dropped and counted", _positive_int),
     Setting("log_level", "info", "debug | info | warning | error",

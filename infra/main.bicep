@@ -99,6 +99,12 @@ param alertWebhookFormat string = 'generic'
 @description('Prefix of the log store table names.')
 param tablePrefix string = 'scheduledevents'
 
+@description('Sender authentication: PEM bundle of the roots and issuing CAs of the IMDS attested document signer (docs/security.md); empty: not configured.')
+param authnTrustPem string = ''
+
+@description('Sender authentication: DNS domains the attested document signer must be under (metadata.azure.com; .us / .cn for sovereign clouds).')
+param authnMetadataDomains string = 'metadata.azure.com'
+
 @description('NCRONTAB schedule of the timer that re-evaluates held events.')
 param reevaluateSchedule string = '0 */1 * * * *'
 
@@ -314,6 +320,8 @@ module functionApp 'app/function.bicep' = {
     alertMaxAttempts: alertMaxAttempts
     alertBackoffSeconds: alertBackoffSeconds
     alertTimeoutSeconds: alertTimeoutSeconds
+    authnTrustPem: authnTrustPem
+    authnMetadataDomains: authnMetadataDomains
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
   }

@@ -1,6 +1,6 @@
 // Parameters of infra/main.bicep. azd and `az deployment sub create -p` both read this file.
 // Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set SE_ALERT_EMAIL (required:
-// the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL, SE_POLICY_JSON.
+// the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL, SE_POLICY_JSON, SE_AUTHN_TRUST_PEM.
 using './main.bicep'
 
 param environmentName = readEnvironmentVariable('AZURE_ENV_NAME', 'scheduled-events')
@@ -9,6 +9,7 @@ param alertEmailAddress = readEnvironmentVariable('SE_ALERT_EMAIL')
 param alertWebhookUrl = readEnvironmentVariable('SE_ALERT_WEBHOOK_URL', '')
 param alertWebhookFormat = 'generic'
 param policyJson = readEnvironmentVariable('SE_POLICY_JSON', '')
+param authnTrustPem = readEnvironmentVariable('SE_AUTHN_TRUST_PEM', '')
 param eventHubPartitionCount = 4
 param captureEnabled = false
 param eventHubsPublicNetworkAccess = 'Enabled'

@@ -27,6 +27,7 @@ def _stdout(config: Any, limiter: Any = None) -> Sink:
 
 def _eventhub(config: Any, limiter: Any = None) -> Sink:
     """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub."""
+    from ..attestation import for_sink
     from ..imds import managed_identity_credential
     from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink
 
@@ -40,7 +41,7 @@ def _eventhub(config: Any, limiter: Any = None) -> Sink:
     credential = None
     if not settings.connection_string:
         credential = managed_identity_credential(settings.client_id, limiter)
-    return EventHubSink(settings, credential=credential)
+    return EventHubSink(settings, credential=credential, authenticator=for_sink(config, limiter))
 
 
 FACTORIES: Dict[str, Callable[..., Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}

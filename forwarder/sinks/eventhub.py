@@ -90,7 +90,7 @@ class EventHubSink:
     """`send(envelopes)` publishes in order or raises SinkError; `close()` releases the client."""
 
     def __init__(self, settings: EventHubSettings, credential: Any = None,
-                 client_factory: Optional[Callable[[], Any]] = None) -> None:
+                 client_factory: Optional[Callable[[], Any]] = None, authenticator: Any = None) -> None:
         settings.check()
         self.settings = settings
         self.name = f"eventhub:{settings.target}"
@@ -100,6 +100,10 @@ class EventHubSink:
         self._lock = threading.Lock()  # the publisher's thread and shutdown's flush may overlap
         self._stuck: List[threading.Thread] = []
         self.oversize_replaced = 0
+        # forwarder/attestation.py when `authenticate` is on: begin() per send, sign(body) per event.
+        self.authenticator = authenticator
+        self._sign: Optional[Callable[[bytes], Dict[str, str]]] = (
+            authenticator.sign if authenticator is not None else None)
 
     # ---- the client --------------------------------------------------------------------------
 
@@ -153,6 +157,8 @@ class EventHubSink:
                 raise
             except Exception as exc:  # e.g. the SDK refusing the connection string
                 raise SinkError(_describe(exc), retryable=False) from exc
+            if self.authenticator is not None:
+                self._authenticate()
             outcome: Dict[str, BaseException] = {}
             worker = threading.Thread(target=self._attempt, args=(producer, runs, outcome), daemon=True,
                                       name="eventhub-send")
@@ -168,6 +174,14 @@ class EventHubSink:
                                 "new connection")
             if "error" in outcome:
                 raise outcome["error"]
+
+    def _authenticate(self) -> None:
+        from ..attestation import AttestationError
+
+        try:
+            self.authenticator.begin()
+        except AttestationError as exc:
+            raise SinkError(f"not sent unauthenticated: {exc}") from exc
 
     def _attempt(self, producer: Any, runs: List[Any], outcome: Dict[str, BaseException]) -> None:
         """The worker: send every run with `producer`; any failure lands in `outcome["error"]`."""
@@ -188,7 +202,7 @@ class EventHubSink:
 
         batch = producer.create_batch(partition_key=key)
         for env in run:
-            event = _event(env, EventData)
+            event = _event(env, EventData, self._sign)
             try:
                 batch.add(event)
                 continue
@@ -204,7 +218,7 @@ class EventHubSink:
                     pass  # too large even for an empty batch
             note = self._oversize_note(env, batch.max_size_in_bytes)
             try:
-                batch.add(_event(note, EventData))
+                batch.add(_event(note, EventData, self._sign))
             except ValueError as exc:
                 raise SinkError(f"envelope {env.get('id')!r} is larger than the hub's "
                                 f"{batch.max_size_in_bytes} bytes and so is its oversize note; kept in the "
@@ -238,9 +252,13 @@ def _body(env: Dict[str, Any]) -> bytes:
     return json.dumps(env, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _event(env: Dict[str, Any], event_data: Any) -> Any:
-    event = event_data(_body(env))
+def _event(env: Dict[str, Any], event_data: Any,
+           sign: Optional[Callable[[bytes], Dict[str, str]]] = None) -> Any:
+    body = _body(env)
+    event = event_data(body)
     event.content_type = CONTENT_TYPE
+    if sign is not None:
+        event.properties = sign(body)  # application properties: the signature covers these exact bytes
     return event
 
 

@@ -81,6 +81,12 @@ param alertBackoffSeconds string
 @maxValue(60)
 param alertTimeoutSeconds int
 
+@description('Sender authentication: PEM bundle of the roots and issuing CAs of the IMDS attested document signer (docs/security.md); empty: not configured.')
+param authnTrustPem string
+
+@description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
+param authnMetadataDomains string
+
 @description('Most instances the app scales out to.')
 @minValue(1)
 @maxValue(1000)
@@ -120,6 +126,8 @@ var appSettingValues = {
   ALERT_MAX_ATTEMPTS: string(alertMaxAttempts)
   ALERT_BACKOFF_SECONDS: alertBackoffSeconds
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
+  AUTHN_TRUST_PEM: authnTrustPem
+  AUTHN_METADATA_DOMAINS: authnMetadataDomains
 }
 
 // Same key set <=> the union adds no key and both have the same count.

@@ -6,6 +6,7 @@ used up: the host moves on then too). Stopping mid-batch checkpoints nothing: th
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import azure.functions as func
 from azure.eventhub import EventData, EventHubConsumerClient, LoadBalancingStrategy
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
+from azure.functions import meta
 
 from .hostconfig import EventHubOptions
 from .loader import FunctionSpec
@@ -94,7 +96,27 @@ def consumer_client(
     )
 
 
-def to_function_event(event: EventData) -> func.EventHubEvent:
+def application_properties(event: EventData) -> Dict[str, Any]:
+    """An event's application properties as the host passes them (text keys; binary as text)."""
+    def text(value: Any) -> Any:
+        return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
+
+    return {str(text(k)): text(v) for k, v in (event.properties or {}).items()}
+
+
+def function_events(events: List[EventData], many: bool) -> List[func.EventHubEvent]:
+    """The events with the trigger metadata the host gives: for cardinality many one shared mapping
+    whose `PropertiesArray[i]` is event i's application properties; for one, `Properties`."""
+    props = [application_properties(e) for e in events]
+    if many:
+        shared = {"PropertiesArray": meta.Datum(json.dumps(props), "json")}
+        return [to_function_event(e, shared) for e in events]
+    return [to_function_event(e, {"Properties": meta.Datum(json.dumps(p), "json")})
+            for e, p in zip(events, props)]
+
+
+def to_function_event(event: EventData,
+                      trigger_metadata: Optional[Dict[str, Any]] = None) -> func.EventHubEvent:
     body = event.body
     if not isinstance(body, (bytes, bytearray)):
         body = b"".join(body) if not isinstance(body, str) else body.encode("utf-8")
@@ -106,6 +128,7 @@ def to_function_event(event: EventData) -> func.EventHubEvent:
         partition_key=key.decode("utf-8") if isinstance(key, bytes) else key,
         enqueued_time=event.enqueued_time,
         iothub_metadata=None,
+        trigger_metadata=trigger_metadata,
     )
 
 
@@ -189,7 +212,7 @@ class EventHubTrigger:
     def _on_batch(self, context: Any, events: List[EventData]) -> None:
         if not events or self.stop.is_set():
             return
-        batch = [to_function_event(e) for e in events]
+        batch = function_events(events, self.many)
         argument = str(self.spec.trigger["name"])
         calls = [batch] if self.many else [[e] for e in batch]
         for call in calls:

@@ -7,8 +7,10 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .attested import DEFAULT_LIFETIME, AttestedDocuments, SandboxPki
 from .identity import Identity, from_spec
 from .server import build, run_forever, serve
 
@@ -38,6 +40,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-window", type=float, default=1.0, help="the sliding window in seconds (default 1)")
     p.add_argument("--first-call-delay", type=float, default=0.0, metavar="S",
                    help="delay each VM's first /metadata request by S real seconds (IMDS may take 2 min)")
+    p.add_argument("--attestation-dir", type=Path, default=None, metavar="DIR",
+                   help="write DIR/trust.pem: the run's test root + intermediate that sign attested "
+                        "documents (keys stay in memory)")
+    p.add_argument("--attestation-lifetime", type=float, default=DEFAULT_LIFETIME, metavar="S",
+                   help="seconds an attested document is valid (default 21600, as on Azure)")
+    p.add_argument("--attestation-cache-seconds", type=float, default=0.0, metavar="S",
+                   help="answer the same attested document for S seconds whatever the nonce (IMDS caches)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return p
 
@@ -49,7 +58,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     vms: List[Identity] = args.vm or [from_spec({"name": "vm0"})]
     if len({v.name for v in vms}) != len(vms):
         parser().error("VM names must be unique")
-    sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose)
+    attestation = AttestedDocuments(SandboxPki.generate(vms[0].location), lifetime=args.attestation_lifetime,
+                                    cache_seconds=args.attestation_cache_seconds)
+    if args.attestation_dir is not None:
+        attestation.pki.write_trust(args.attestation_dir)
+    sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose,
+                attestation=attestation)
     httpd = serve(sim, args.host, args.port)
 
     def stop(signum: int, _frame: object) -> None:

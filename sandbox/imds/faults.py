@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 KINDS = ("status", "slow", "malformed", "invalid", "reset")
-PATHS = ("scheduledevents", "compute", "token", "any")
+PATHS = ("scheduledevents", "compute", "token", "attested", "any")
 _STATUSES = (400, 403, 404, 405, 410, 429, 500, 502, 503, 504)
 
 

@@ -13,13 +13,20 @@ from .fabric import Fabric, UnknownEvent
 from .faults import Fault, FaultBook
 from .ratelimit import SlidingWindowLimiter
 from .responses import Response, error, json_response
-from .versions import INSTANCE_VERSIONS, SCHEDULED_EVENTS_VERSIONS, TOKEN_VERSIONS, render_event
+from .versions import (
+    ATTESTED_VERSIONS,
+    INSTANCE_VERSIONS,
+    SCHEDULED_EVENTS_VERSIONS,
+    TOKEN_VERSIONS,
+    render_event,
+)
 
 ROUTES: Dict[str, Any] = {  # path -> (route name for faults, allowed methods, valid api-versions)
     "/metadata/scheduledevents": ("scheduledevents", ("GET", "POST"), SCHEDULED_EVENTS_VERSIONS),
     "/metadata/instance/compute": ("compute", ("GET",), INSTANCE_VERSIONS),
     "/metadata/instance": ("compute", ("GET",), INSTANCE_VERSIONS),
     "/metadata/identity/oauth2/token": ("token", ("GET",), TOKEN_VERSIONS),
+    "/metadata/attested/document": ("attested", ("GET",), ATTESTED_VERSIONS),
 }
 
 
@@ -38,6 +45,7 @@ class MetadataService:
                  first_call_delay: float = 0.0) -> None:
         self.fabric, self.faults, self.limiter = fabric, faults, limiter
         self.first_call_delay = first_call_delay
+        self.attested: Optional[Any] = None  # an attested.AttestedDocuments; set by server.build
 
     def handle(self, req: Request) -> Response:
         if self.fabric.count_call(req.vm) == 0 and self.first_call_delay > 0:
@@ -73,6 +81,8 @@ class MetadataService:
             return self._scheduled_events(req, version, bad)
         if name == "compute":
             return self._compute(req, bad)
+        if name == "attested":
+            return self._attested(req, bad)
         return self._token(req, bad)
 
     # ---- routes ----------------------------------------------------------------------------
@@ -110,6 +120,17 @@ class MetadataService:
     def _compute(self, req: Request, bad: Optional[Fault]) -> Response:
         compute = self.fabric.vm(req.vm).identity.compute()
         doc = compute if req.path.rstrip("/").endswith("compute") else {"compute": compute, "network": {}}
+        return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
+
+    def _attested(self, req: Request, bad: Optional[Fault]) -> Response:
+        from .attested import BadNonce  # the route's own module (sandbox/imds/attested.py)
+
+        if self.attested is None:
+            return error(404, "Not found (attested documents are off in this simulator)")
+        try:
+            doc = self.attested.document(req.vm, self.fabric.vm(req.vm).identity, req.query.get("nonce"))
+        except BadNonce as exc:
+            return error(400, f"Bad request. {exc}")
         return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
 
     def _token(self, req: Request, bad: Optional[Fault]) -> Response:

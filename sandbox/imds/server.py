@@ -8,10 +8,11 @@ import time
 import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .admin import AdminApi
+from .attested import AttestedDocuments
 from .clock import Clock
 from .fabric import Fabric, UnknownVm
 from .faults import FaultBook
@@ -36,12 +37,14 @@ class Simulator:
 
 
 def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
-          rate_window: float = 1.0, first_call_delay: float = 0.0, verbose: bool = False) -> Simulator:
+          rate_window: float = 1.0, first_call_delay: float = 0.0, verbose: bool = False,
+          attestation: Optional[AttestedDocuments] = None) -> Simulator:
     fabric = Fabric(Clock(time_scale), identities)
     faults, log = FaultBook(), RequestLog()
     limiter = SlidingWindowLimiter(rate_limit, rate_window)
-    return Simulator(fabric, faults, limiter, log, MetadataService(fabric, faults, limiter, first_call_delay),
-                     AdminApi(fabric, faults, limiter, log), verbose)
+    metadata = MetadataService(fabric, faults, limiter, first_call_delay)
+    metadata.attested = attestation  # None: the attested route answers 404
+    return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose)
 
 
 def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:

@@ -20,6 +20,9 @@ INSTANCE_VERSIONS: Tuple[str, ...] = (
 
 TOKEN_VERSIONS: Tuple[str, ...] = ("2018-02-01", "2019-08-01")
 
+# /metadata/attested/document exists from 2018-10-01 (the IMDS article's field table).
+ATTESTED_VERSIONS: Tuple[str, ...] = tuple(v for v in INSTANCE_VERSIONS if v >= "2018-10-01")
+
 # The first api-version that shows each event type / optional field (ISO dates compare as strings).
 EVENT_TYPE_SINCE: Dict[str, str] = {
     "Freeze": "2017-03-01", "Reboot": "2017-03-01", "Redeploy": "2017-03-01",
