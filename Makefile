@@ -21,8 +21,11 @@ $(NODE_STAMP): package.json package-lock.json
 
 bootstrap: $(STAMP) $(NODE_STAMP)
 
+# `make demo DEMO_ARGS=--capture` also keeps Capture Avro files in .demo/capture and analyses them.
+DEMO_ARGS ?=
+
 demo: bootstrap
-	$(PY) -m sandbox.demo
+	$(PY) -m sandbox.demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

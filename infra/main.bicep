@@ -344,6 +344,18 @@ module alerts 'app/alerts.bicep' = {
   }
 }
 
+module workbook 'app/workbook.bicep' = {
+  name: 'workbook'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    displayName: 'Scheduled events (${environmentName})'
+    workspaceId: monitoring.outputs.workspaceId
+    silentMinutes: heartbeatMissingMinutes
+  }
+}
+
 // azd reads these (AZURE_*), and the forwarder install takes the SE_FORWARDER_* values from them.
 output AZURE_LOCATION string = location
 output AZURE_RESOURCE_GROUP string = rg.name

@@ -1,5 +1,6 @@
-"""`python -m sandbox.demo [--work DIR] [--evidence FILE]`: run the demo, print the timeline and the
-checks; exit 0 only if every check holds (1: a check failed, 130: interrupted)."""
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture]`: run the demo, print the timeline and
+the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With --capture the hub
+also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from sandbox.demo import timeline
+from sandbox.demo.fleet import FleetSettings
 from sandbox.demo.run import WORK, Outcome, run
 
 
@@ -30,15 +32,32 @@ def write_evidence(outcome: Outcome, path: Path) -> None:
     path.write_text(json.dumps(doc, default=str, indent=1))
 
 
+def _analyse_capture(work: Path) -> None:
+    files = sorted((work / "capture").rglob("*.avro"))
+    print(f"\ncapture: {len(files)} Avro file(s) in {work / 'capture'} "
+          "(<namespace>/<hub>/<partition>/<yyyy>/<mm>/<dd>/<hh>/<mm>/<ss>.avro)")
+    if not files:
+        return
+    from examples.analysis.__main__ import main as analyse
+
+    command = ["--dir", str(work / "capture"), "--group-by", "tag:role", "--out", str(work / "analysis")]
+    print("analysis: python -m examples.analysis " + " ".join(command), flush=True)
+    analyse(command)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
     parser.add_argument("--work", type=Path, default=WORK, help="logs, state, settings (wiped first)")
     parser.add_argument("--evidence", type=Path, default=None, help="also write the evidence as JSON")
+    parser.add_argument("--capture", action="store_true",
+                        help="Event Hubs Capture on: Avro files kept in <work>/capture, then the example "
+                             "analysis writes <work>/analysis/summary.md and summary.png")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
-        outcome = run(args.work, say=lambda text: print(text, flush=True))
+        outcome = run(args.work, say=lambda text: print(text, flush=True),
+                      settings=FleetSettings(work=args.work, capture=args.capture))
     except KeyboardInterrupt:
         print("\ninterrupted: every process was stopped", file=sys.stderr, flush=True)
         return 130
@@ -52,6 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"  [FAIL] {outcome.error}")
     if args.evidence is not None:
         write_evidence(outcome, args.evidence)
+    if args.capture:
+        _analyse_capture(args.work)
     missing = [c for c in outcome.checks if not c.ok]
     if outcome.ok:
         verdict = "passed"

@@ -27,6 +27,8 @@ from sandbox import processes
 from sandbox.imds.client import ImdsSimulator
 
 HUB = "scheduled-events"
+CAPTURE_CONTAINER = "eventhub-capture"
+CAPTURE_INTERVAL = 10  # seconds per Capture window (Azure: 60..900); the open one is written at stop
 CONSUMER_GROUP = "central"
 TABLE_PREFIX = "demo"
 FUNCTION_KEY = "demo-local-function-key"  # the local runner's key (not a secret: loopback only)
@@ -77,6 +79,7 @@ class FleetSettings:
     local_approve: bool = True                  # the fast path approves Preempt/Terminate itself
     hook_seconds: float = HOOK_SECONDS
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
+    capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
 
 
 class Fleet:
@@ -136,7 +139,10 @@ class Fleet:
         s = self.settings
         if "azurite" not in self.servers:
             self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
-        self.servers["eventhubs"] = processes.start_eventhubs((f"{HUB}=4",), log_dir=self.work)
+        capture = ["--capture-connection-string", self.storage, "--capture-container", CAPTURE_CONTAINER,
+                   "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL)]
+        self.servers["eventhubs"] = processes.start_eventhubs(
+            (f"{HUB}=4",), log_dir=self.work, args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
         for vm in s.vms:
             imds_args += ["--vm", vm.simulator_arg()]
@@ -161,15 +167,38 @@ class Fleet:
                 signal.signal(signal.SIGINT, previous)
 
     def _stop_all(self) -> None:
+        capture = self.settings.capture and "eventhubs" in self.servers and "azurite" in self.servers
         waves = [list(self.forwarders.values()),
                  [self.servers[n] for n in ("functions", "webhook") if n in self.servers],
+                 # with Capture, the hub stops first: it writes its open windows to Azurite as it goes
+                 [self.servers.pop("eventhubs")] if capture else [],
                  [self.servers[n] for n in ("imds", "eventhubs", "azurite") if n in self.servers]]
-        for wave in waves:
+        for i, wave in enumerate(waves):
+            if i == 3 and capture:
+                self._save_capture()  # Azurite is in memory: keep the files before it stops
             _stop_together(wave)
         if self.imds is not None:
             self.imds.close()
         self.forwarders.clear()
         self.servers.clear()
+
+    @property
+    def capture_dir(self) -> Path:
+        return self.work / "capture"
+
+    def _save_capture(self) -> None:
+        """Copy every Capture file from Azurite to <work>/capture/<blob name> (same layout as in storage)."""
+        from azure.storage.blob import BlobServiceClient
+
+        try:
+            with BlobServiceClient.from_connection_string(self.storage) as service:
+                container = service.get_container_client(CAPTURE_CONTAINER)
+                for blob in container.list_blobs():
+                    target = self.capture_dir / blob.name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(container.download_blob(blob.name).readall())
+        except Exception as exc:  # noqa: BLE001 - the demo still stops everything; say what is missing
+            print(f"capture files not saved: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def exited(self) -> List[str]:
         """Names of children that have exited (a crash shows here before anything else does)."""

@@ -1,4 +1,5 @@
-"""CLI: `python -m sandbox.eventhubs --port N --hub NAME=PARTITIONS[:cg1,cg2] [--hub ...] [--data-dir D]`."""
+"""CLI: `python -m sandbox.eventhubs --port N --hub NAME=PARTITIONS[:cg1,cg2] [--hub ...] [--data-dir D]
+[--capture-connection-string CS [--capture-interval S ...]]`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from . import capture as capture_mod
 from .server import serve
 from .store import DEFAULT_MAX_EVENTS, Broker
 
@@ -41,6 +43,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="events kept in memory per partition, oldest evicted "
                              f"(default {DEFAULT_MAX_EVENTS})")
     parser.add_argument("--log-level", default="INFO")
+    group = parser.add_argument_group(
+        "Capture", "write every partition's events as Capture Avro files to blob storage, as Event Hubs "
+        "Capture does (docs/eventhubs-server.md)")
+    group.add_argument("--capture-connection-string", metavar="CS",
+                       help="turns Capture on: the storage account (Azurite) to write to")
+    group.add_argument("--capture-container", default=capture_mod.DEFAULT_CONTAINER,
+                       help=f"blob container, created if missing (default {capture_mod.DEFAULT_CONTAINER})")
+    group.add_argument("--capture-namespace", default="sandbox",
+                       help="the {Namespace} part of blob names (default sandbox)")
+    group.add_argument("--capture-interval", type=float, default=capture_mod.DEFAULT_INTERVAL,
+                       help="seconds per capture window (default 300; Azure allows 60..900)")
+    group.add_argument("--capture-size-limit", type=int, default=capture_mod.DEFAULT_SIZE_LIMIT,
+                       help="bytes that close a window early (default 314572800)")
+    group.add_argument("--capture-skip-empty", action="store_true",
+                       help="write no file for a window without events (Azure's skipEmptyArchives)")
+    group.add_argument("--capture-name-format", default=capture_mod.DEFAULT_NAME_FORMAT,
+                       help="blob name format (default %(default)s); every field must appear")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -51,8 +70,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if broker.hub(name) is not None:
             parser.error(f"--hub {name} given twice")
         broker.add_hub(name, partitions, groups, data_dir=args.data_dir, max_events=args.max_events)
-    asyncio.run(serve(broker, args.port))
+    capture = _capture(parser, args, broker)
+    asyncio.run(serve(broker, args.port, capture=capture))
     return 0
+
+
+def _capture(parser: argparse.ArgumentParser, args: argparse.Namespace,
+             broker: Broker) -> Optional[capture_mod.Capture]:
+    if not args.capture_connection_string:
+        return None
+    if args.capture_interval < 1:
+        parser.error("--capture-interval must be >= 1 second (blob names have one-second resolution)")
+    if args.capture_size_limit < 1:
+        parser.error("--capture-size-limit must be >= 1 byte")
+    problem = capture_mod.check_name_format(args.capture_name_format)
+    if problem:
+        parser.error(f"--capture-name-format {problem}")
+    settings = capture_mod.CaptureSettings(
+        connection_string=args.capture_connection_string, container=args.capture_container,
+        namespace=args.capture_namespace, interval_seconds=args.capture_interval,
+        size_limit_bytes=args.capture_size_limit, skip_empty=args.capture_skip_empty,
+        name_format=args.capture_name_format)
+    try:
+        return capture_mod.Capture(broker, settings, data_dir=args.data_dir)
+    except ValueError as exc:  # the blob SDK's verdict on a malformed connection string
+        parser.error(f"--capture-connection-string is not a storage connection string: {exc}")
+        raise  # unreachable: parser.error exits
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Set
+from typing import Optional, Set
 
+from .capture import Capture
 from .connection import Connection
 from .store import Broker
 
@@ -14,8 +15,9 @@ log = logging.getLogger("sandbox.eventhubs")
 LOOPBACK = "127.0.0.1"
 
 
-async def serve(broker: Broker, port: int, host: str = LOOPBACK) -> None:
-    """Serve until SIGTERM/SIGINT, then close every connection and the partition files."""
+async def serve(broker: Broker, port: int, host: str = LOOPBACK, capture: Optional[Capture] = None) -> None:
+    """Serve until SIGTERM/SIGINT, then close every connection, flush Capture's open windows (if on) and
+    close the partition files."""
     connections: Set[asyncio.Task] = set()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -38,11 +40,14 @@ async def serve(broker: Broker, port: int, host: str = LOOPBACK) -> None:
     hubs = ", ".join(f"{h.name}({len(h.partitions)})" for h in broker.hubs.values())
     log.info("Event Hubs sandbox listening on %s:%d, hubs: %s", host, port, hubs)
     print(f"listening on {host}:{port} hubs: {hubs}", flush=True)
+    capturing = asyncio.create_task(capture.run(stop)) if capture is not None else None
     async with server:
         await stop.wait()
         server.close()
         for task in list(connections):
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
+    if capturing is not None:
+        await capturing
     broker.close()
     log.info("stopped")

@@ -30,11 +30,12 @@ RUN_TIMEOUT = 115  # the demo bounds itself well below this
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("demo")
     evidence = tmp / "evidence.json"
+    # --capture: the same run also leaves Capture files and the example analysis of them (a few seconds)
     proc = subprocess.run([sys.executable, "-m", "sandbox.demo", "--work", str(tmp / "work"),
-                           "--evidence", str(evidence)], cwd=processes.REPO, capture_output=True,
+                           "--evidence", str(evidence), "--capture"], cwd=processes.REPO, capture_output=True,
                           text=True, timeout=RUN_TIMEOUT)
     doc = json.loads(evidence.read_text()) if evidence.exists() else {}
-    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, **doc}
+    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": tmp / "work", **doc}
 
 
 def _scene(demo: Dict[str, Any], key: str) -> Dict[str, Any]:
@@ -200,3 +201,24 @@ def test_the_checks_catch_a_second_approval_and_a_missing_alert(demo: Dict[str, 
     ev.alerts = [a for a in ev.alerts if a["body"].get("key") != f"{reboot}:Started"]
     failed = {(c.scene, c.what.split(",")[0]) for c in check(plan, ev) if not c.ok}
     assert failed == {("b", "approved exactly once"), ("a", "one alert per status change (Scheduled")}
+
+
+def test_the_demo_leaves_capture_files_and_their_analysis(demo: Dict[str, Any]) -> None:
+    """`python -m sandbox.demo --capture`: Capture files in <work>/capture in Azure's layout, read by the
+    example analysis (examples/analysis) into a table and a PNG."""
+    import re
+
+    work: Path = demo["work"]
+    files = sorted(p.relative_to(work / "capture").as_posix() for p in (work / "capture").rglob("*.avro"))
+    assert files, demo["out"][-2000:]
+    layout = re.compile(r"^sandbox/scheduled-events/[0-3]/\d{4}/\d{2}/\d{2}/\d{2}/\d{2}/\d{2}\.avro$")
+    assert all(layout.match(name) for name in files), files
+    png = (work / "analysis" / "summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    table = (work / "analysis" / "summary.md").read_text()
+    notice = table.split("## Approval lead")[0]
+    for event_type in ("Reboot", "Freeze", "Redeploy", "Preempt"):  # one scene each
+        assert f"| {event_type} | 1 |" in notice, table
+    assert "| db |" in table and "| web |" in table  # the fleet's role tags
+    assert "0 unreadable, 0 invalid" in demo["out"]
+

@@ -142,7 +142,8 @@ def test_funcignore_keeps_the_non_app_parts_out_of_the_package() -> None:
         for line in (REPO / ".funcignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    for part in ("forwarder", "tests", "sandbox", "bench", "infra", "node_modules", ".venv", "docs"):
+    for part in ("forwarder", "tests", "sandbox", "bench", "infra", "node_modules", ".venv", "docs",
+                 "examples"):
         assert part in ignored, f"{part} must not ship in the Function app package"
     for shipped in ("central", "schemas", "function_app.py", "host.json", "requirements.txt"):
         assert shipped not in ignored
