@@ -106,11 +106,14 @@ NOTHING = Verdict("none")
 
 
 def impacting(event: EventRecord, now: datetime) -> bool:
-    """Counts against disruption budgets: Started, approval outstanding or confirmed, or NotBefore
-    passed (Azure starts it any moment), and not ended."""
+    """Counts against disruption budgets: Started, an approval outstanding (even if held since) or
+    confirmed, or NotBefore passed (Azure starts it any moment), and not ended."""
     if event.ended:
         return False
     if event.status == "Started" or event.state in IMPACTING_STATES:
+        return True
+    out = event.outstanding  # an approval already sent counts whatever came after (a hold cannot recall it)
+    if out is not None and now < out.expires_at:
         return True
     return event.not_before is not None and now >= event.not_before
 
