@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the shared central fixtures (env, hook, webhook) are parameters here
 """Issue 14, property 0: no single message stops ingest. Each poison input from the issue, schema-valid,
 through a real CentralService on Azurite: the poison is quarantined (or stored as it is), the call
 never raises, and the next innocent batch is applied. Each failed before the store-truth redesign."""
@@ -14,7 +15,6 @@ import pytest
 import schemas
 from central.limits import MAX_EVENTS_PER_DOCUMENT
 from central.service import CentralService
-from central.settings import CountingTransport
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 from tests.central.factory import T0, Vm, body, event
 
@@ -51,7 +51,7 @@ def poisoned(vm: Vm, mutate: Any, events: List[Dict[str, Any]]) -> Dict[str, Any
         ("observedAt", "0001-01-01T00:00:00+00:00"),
     ],
 )
-def test_dates_outside_what_python_and_tables_hold(env: Env, hook: Hook, where: str, value: str) -> None:  # noqa: F811
+def test_dates_outside_what_python_and_tables_hold(env: Env, hook: Hook, where: str, value: str) -> None:
     svc = env.service()
     vm = Vm("vm-dates")
 
@@ -69,7 +69,7 @@ def test_dates_outside_what_python_and_tables_hold(env: Env, hook: Hook, where: 
     innocent_is_applied(svc, env, f"date-{where}-{value[:4]}")
 
 
-def test_integers_past_int32_are_stored_and_past_int64_quarantined(env: Env, hook: Hook) -> None:  # noqa: F811
+def test_integers_past_int32_are_stored_and_past_int64_quarantined(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("vm-wide")
 
@@ -97,7 +97,7 @@ def test_integers_past_int32_are_stored_and_past_int64_quarantined(env: Env, hoo
 @pytest.mark.parametrize(
     "event_id", ["E-ctl\x01", "E-\ud800lone", "E/slash", "E#hash", "E?q", "E\\back", "E-\x7f-del"]
 )
-def test_event_ids_azure_tables_cannot_key(env: Env, hook: Hook, event_id: str) -> None:  # noqa: F811
+def test_event_ids_azure_tables_cannot_key(env: Env, hook: Hook, event_id: str) -> None:
     svc = env.service()
     vm = Vm("vm-keys")
     bad = vm.incarnation_env([event(event_id, [vm.name])])
@@ -107,7 +107,7 @@ def test_event_ids_azure_tables_cannot_key(env: Env, hook: Hook, event_id: str) 
     innocent_is_applied(svc, env, "keys")
 
 
-def test_a_thousand_made_up_events_in_one_envelope_cost_one_quarantine(env: Env, hook: Hook) -> None:  # noqa: F811
+def test_a_thousand_made_up_events_in_one_envelope_cost_one_quarantine(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("vm-many")
     events = [event(f"E-made-{i:04d}", [vm.name]) for i in range(1000)]
@@ -124,7 +124,7 @@ def test_a_thousand_made_up_events_in_one_envelope_cost_one_quarantine(env: Env,
 
 def test_never_ending_made_up_events_keep_the_idle_timer_constant_in_round_trips(
     env: Env, hook: Hook
-) -> None:  # noqa: F811
+) -> None:
     """1,280 open events (40 VMs at the per-document bound) that never end: an idle timer run reads
     the head row and the 40 VMs' rows; a fresh instance reads the active events once (not per event)."""
     settings = env.settings(
@@ -156,7 +156,7 @@ def test_never_ending_made_up_events_keep_the_idle_timer_constant_in_round_trips
     )
 
 
-def test_a_padded_resources_list_is_refused_and_a_long_one_kept_whole(env: Env, hook: Hook) -> None:  # noqa: F811
+def test_a_padded_resources_list_is_refused_and_a_long_one_kept_whole(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("vm-pad")
     padded = [vm.name] + [f"pad-{i:05d}-" + "p" * 100 for i in range(9000)]
@@ -173,7 +173,7 @@ def test_a_padded_resources_list_is_refused_and_a_long_one_kept_whole(env: Env, 
     innocent_is_applied(svc, env, "pad")
 
 
-def test_a_vm_whose_clock_is_ten_minutes_slow_is_live(env: Env, hook: Hook) -> None:  # noqa: F811
+def test_a_vm_whose_clock_is_ten_minutes_slow_is_live(env: Env, hook: Hook) -> None:
     """Liveness is central's clock (the hub's enqueued time), not the VM's `time`."""
     svc = env.service()
     vm = Vm("vm-slow")
@@ -187,7 +187,7 @@ def test_a_vm_whose_clock_is_ten_minutes_slow_is_live(env: Env, hook: Hook) -> N
     assert svc.pending()[0]["state"] == "approving"
 
 
-def test_a_body_that_breaks_the_parser_itself_is_quarantined(env: Env, hook: Hook) -> None:  # noqa: F811
+def test_a_body_that_breaks_the_parser_itself_is_quarantined(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("vm-odd")
     ok = vm.incarnation_env([event("E-odd", [vm.name])])
