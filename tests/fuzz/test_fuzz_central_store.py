@@ -70,7 +70,7 @@ def stretched(draw: Any) -> Dict[str, Any]:
     elif what == "resultid" and "eventId" in data:
         data["eventId"] = draw(st.sampled_from(EDGE_TEXT))
     elif what == "name":
-        data["vm"]["name"] = draw(st.sampled_from(EDGE_TEXT[:-3] + ["n" * 256]))
+        data["vm"]["name"] = draw(st.sampled_from([*EDGE_TEXT[:-3], "n" * 256]))
     return env
 
 
