@@ -48,6 +48,10 @@ class Actor:
 
     # ---- approvals ------------------------------------------------------------------------------
     def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
+        """Send each committed attempt, then mark them sent in one commit (a send the queue refuses
+        removes its attempt: the next evaluation tries again)."""
+        done: Dict[str, int] = {}
+        failed: Dict[str, int] = {}
         for item in todo:
             rec = self._active(item.event_id)
             attempt = rec.approvals[item.attempt - 1] if rec and len(rec.approvals) >= item.attempt else None
@@ -58,10 +62,18 @@ class Actor:
             except AzureError as exc:
                 result.errors.append(f"approval for {item.event_id} not sent: {exc}"[:500])
                 log.error("approval for %s to %s not sent: %s", item.event_id, attempt.vm_name, exc)
-                self._update(item.event_id, now, lambda r, n=item.attempt: _unsend(r, n))
+                failed[item.event_id] = item.attempt
                 continue
             result.approvals_sent += 1
-            self._update(item.event_id, now, lambda r, n=item.attempt: _mark_sent(r, n))
+            done[item.event_id] = item.attempt
+        if done or failed:
+            self._update_many(
+                [*done, *failed],
+                now,
+                lambda r: (
+                    _mark_sent(r, done[r.event_id]) if r.event_id in done else _unsend(r, failed[r.event_id])
+                ),
+            )
 
     def resend_stale(self, now: datetime, result: BatchResult) -> None:
         """Attempts committed but never marked sent (their instance died before the send)."""

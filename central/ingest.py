@@ -33,7 +33,7 @@ from .vms import VmState
 
 log = logging.getLogger(__name__)
 
-SEGMENT_OPS = 95  # operations per State transaction (the service allows 100)
+SEGMENT_OPS = 100  # operations per State transaction (the service's limit)
 MAX_TRIES = 8  # plans per segment before a lost race counts as a (transient) store error
 RAISED_LIMIT = 10_000
 HEARTBEAT_LOG_EVERY = 300  # seconds between two `se.heartbeat` log markers of one VM (see below)
@@ -112,25 +112,41 @@ class Ingest:
         failures (nothing of the failed segment was written: the batch can be retried whole)."""
         touched: Set[str] = set()
         segment: List[Item] = []
+        vms: Set[str] = set()
         ops = 0
         for item in items:
-            cost = self._cost(item)
+            cost = self._cost(item, set(vms))
             if segment and ops + cost > SEGMENT_OPS:
                 touched |= self._commit_segment(segment, now, result)
-                segment, ops = [], 0
+                segment, ops, vms = [], 0, set()
+                cost = self._cost(item, set())
             segment.append(item)
+            if isinstance(item.parsed, Envelope):
+                vms.add(item.parsed.vm_id)
             ops += cost
         if segment:
             touched |= self._commit_segment(segment, now, result)
         return touched
 
-    def _cost(self, item: Item) -> int:
+    def _cost(self, item: Item, vms: Set[str]) -> int:
+        """An upper bound of the operations `item` adds to a segment whose VMs are `vms` (the head
+        counted once per envelope that may change events)."""
         env = item.parsed
-        if isinstance(env, BadEnvelope) or env.type != env_mod.INCARNATION:
-            return 3
+        if isinstance(env, BadEnvelope):
+            return 1  # its alert row
+        row = 0 if env.vm_id in vms else 1
+        vms.add(env.vm_id)
         vm = self.state.vm(env.vm_id)
+        if env.type == env_mod.HEARTBEAT:  # (and its outbox-drop alert, when the counter went up)
+            dropped = (env.data.get("outbox") or {}).get("dropped", 0)
+            return row + (1 if vm is None or dropped > vm.outbox_dropped else 0)
+        if env.type == env_mod.QUARANTINED:
+            return row + 1
+        if env.type == env_mod.APPROVAL_RESULT:
+            return row + 3  # the event (may move o: -> x:) and the head
         listed = len(vm.listed) if vm else 0
-        return 2 + 2 * (len((env.data.get("document") or {}).get("Events") or []) + listed)
+        events = len((env.data.get("document") or {}).get("Events") or [])
+        return row + (2 * (events + listed) + 1 if events + listed else 0)
 
     def _commit_segment(self, segment: List[Item], now: datetime, result: BatchResult) -> Set[str]:
         for _ in range(MAX_TRIES):
