@@ -43,9 +43,9 @@ def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
     )
 
 
-# Bad envelopes never raise (central records them as quarantined); only infrastructure failures
-# (Storage unreachable...) raise, so the host's retry policy (host.json "retry") runs the batch again
-# before the checkpoint moves on.
+# Bad envelopes never raise (central quarantines them); only infrastructure failures (Storage
+# unreachable...) raise, so the host's retry policy (host.json "retry") runs the batch again before the
+# checkpoint moves on. The hub's enqueued time is central's clock for liveness and ordering.
 @app.event_hub_message_trigger(
     arg_name="events",
     event_hub_name="%EVENTHUB_NAME%",
@@ -54,7 +54,8 @@ def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
     cardinality=func.Cardinality.MANY,
 )
 def ingest(events: List[func.EventHubEvent]) -> None:
-    result = central().handle_batch([event.get_body() for event in events])
+    result = central().handle_batch([event.get_body() for event in events],
+                                    enqueued_times=[event.enqueued_time for event in events])
     log.info(
         "ingest: %d received, %d processed, %d duplicates, %d stale, %d quarantined, %d decisions",
         result.received,

@@ -100,7 +100,7 @@ class CountingProxy:
                 finally:
                     conn.close()
 
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_MERGE = do_OPTIONS = _forward
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_MERGE = do_OPTIONS = do_PATCH = _forward
 
         return Handler
 

@@ -1,5 +1,7 @@
 """Alerts through a webhook (requests): generic JSON, Microsoft Teams (MessageCard) or Slack.
 
+Alerts are delivered at least once (central.act keeps them in the State table until delivered): every
+POST carries a stable idempotency key (header and body) so a receiver can drop a repeat.
 Delivery is bounded: `max_attempts` tries with exponential backoff (base, 2x base, 4x base...),
 each with a short timeout. Sending never raises: the outcome (sent / failed, attempts, last error)
 is returned so the caller records it. After a failure, later alerts of the same call are not tried
@@ -9,6 +11,7 @@ its timer retries them.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,11 +20,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import requests
 
-from .timeutil import iso
+from .timeutil import iso, parse, utcnow
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("generic", "teams", "slack")
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # the same value as the body's key (IETF draft header name)
 COLORS = {"info": "2E7D32", "warning": "F9A825", "critical": "C62828"}
 
 
@@ -37,6 +41,21 @@ class Alert:
     status: Optional[str] = None
     facts: Dict[str, Any] = field(default_factory=dict)
     rounds: int = 0  # delivery rounds so far (the first call, then timer retries)
+    next_try: Optional[datetime] = None  # no instance tries before this (a lease, then the backoff)
+    error: str = ""  # the last round's error
+
+    def to_json(self) -> Dict[str, Any]:
+        """How a pending alert is kept in the State table (an event's row, or its own row)."""
+        return {"key": self.key, "kind": self.kind, "severity": self.severity, "title": self.title[:1000],
+                "text": self.text[:4000], "at": iso(self.at), "eventId": self.event_id, "status": self.status,
+                "facts": self.facts, "rounds": self.rounds,
+                "nextTry": iso(self.next_try) if self.next_try else None, "error": self.error[:500]}
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Alert:
+        return cls(d["key"], d["kind"], d.get("severity", "warning"), d.get("title", ""), d.get("text", ""),
+                   parse(d.get("at")) or utcnow(), d.get("eventId"), d.get("status"), d.get("facts") or {},
+                   int(d.get("rounds", 0)), parse(d.get("nextTry")), d.get("error", ""))
 
 
 @dataclass
@@ -47,9 +66,17 @@ class Delivery:
     http_status: Optional[int] = None
 
 
+def idempotency_key(alert: Alert) -> str:
+    """Stable across every retry, instance and restart: a receiver drops a repeat by it."""
+    return "se-" + hashlib.sha256(alert.key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
-    """The webhook body for `fmt`."""
+    """The webhook body for `fmt` (each carries the idempotency key: generic `idempotencyKey`,
+    Teams/Slack as a fact, since their schemas have no free field)."""
     facts = {k: ("" if v is None else str(v)) for k, v in alert.facts.items()}
+    if fmt != "generic":
+        facts["idempotencyKey"] = idempotency_key(alert)
     if fmt == "teams":
         return {
             "@type": "MessageCard",
@@ -72,6 +99,7 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
     return {
         "schemaVersion": 1,
         "key": alert.key,
+        "idempotencyKey": idempotency_key(alert),
         "kind": alert.kind,
         "severity": alert.severity,
         "title": alert.title,
@@ -116,7 +144,8 @@ class WebhookAlerter:
         status: Optional[int] = None
         for attempt in range(1, attempts + 1):
             try:
-                resp = self.session.post(self.url, json=body, timeout=self.timeout, allow_redirects=False)
+                resp = self.session.post(self.url, json=body, timeout=self.timeout, allow_redirects=False,
+                                         headers={IDEMPOTENCY_HEADER: idempotency_key(alert)})
                 status = resp.status_code
                 if 200 <= resp.status_code < 300:
                     return Delivery(True, attempt, http_status=status)

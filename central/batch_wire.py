@@ -1,11 +1,15 @@
-"""One Table storage entity-group transaction (upsert-merge only), written on the wire directly.
+"""One Table storage entity-group transaction, written on the wire directly.
 
 azure-data-tables' submit_transaction builds the multipart body through the email package and runs
 pipeline policies for every sub-request: ~1 ms per entity, more than the round trip itself. This
 module writes the same OData JSON batch body as text and sends it once through the TableClient's own
 pipeline (credential, retries, request counting all apply), reusing the SDK's serialisation of
-entity values. Any failure falls back to submit_transaction (see store.TableLog._submit), which
-gives the SDK's precise errors.
+entity values. It is the only module that touches the SDK's private parts (pinned 12.7.0); its test
+(tests/central/test_store.py) checks that it stores what submit_transaction stores.
+
+Operations (kind, entity, etag): "upsert" (merge, creating the row), "merge" / "replace" (the row
+must exist and carry `etag`: If-Match), "insert" (the row must not exist), "delete" (If-Match).
+The answer is the new ETag of each operation (None for a delete).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from azure.core.exceptions import HttpResponseError
@@ -21,7 +25,11 @@ from azure.core.rest import HttpRequest
 from azure.data.tables import TableClient
 from azure.data.tables._serialize import _add_entity_properties, _prepare_key  # pinned SDK (12.7.0)
 
-_STATUS = re.compile(rb"^HTTP/1\.1 (\d{3})", re.MULTILINE)
+WireOp = Tuple[str, Dict[str, Any], Optional[str]]
+_SUBRESPONSE = re.compile(rb"HTTP/1\.1 (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n(.*?)(?=\r\n--|\Z)", re.DOTALL)
+_ETAG = re.compile(rb"^ETag:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
+_CONTENT_ID = re.compile(rb"^Content-ID:\s*(\d+)\s*$", re.MULTILINE | re.IGNORECASE)
+_METHODS = {"upsert": "PATCH", "merge": "PATCH", "replace": "PUT", "insert": "POST", "delete": "DELETE"}
 
 
 def _url_key(key: str) -> str:
@@ -31,27 +39,43 @@ def _url_key(key: str) -> str:
 
 
 class WireBatchError(RuntimeError):
-    """The service refused the transaction; the caller retries through the SDK for a precise error."""
+    """The service refused the transaction: `status` of the failed operation, its `index` (when the
+    service names it), the error `code` and message. status 0: the answer could not be read."""
+
+    def __init__(self, message: str, status: int = 0, index: int = -1, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.index = index
+        self.code = code
 
 
-def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
-    """Upsert-merge `entities` (one partition, <= 100) as one transaction: one HTTP request."""
+def _part(base: str, table: str, i: int, kind: str, entity: Dict[str, Any], etag: Optional[str]) -> str:
+    method = _METHODS[kind]
+    if kind == "insert":
+        url = f"{base}/{table}"
+    else:
+        url = (f"{base}/{table}(PartitionKey='{_url_key(entity['PartitionKey'])}',"
+               f"RowKey='{_url_key(entity['RowKey'])}')")
+    headers = "Accept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0\r\n"
+    if kind in ("merge", "replace", "delete"):
+        headers += f"If-Match: {etag or '*'}\r\n"
+    if kind == "insert":
+        headers += "Prefer: return-no-content\r\n"
+    payload = "" if kind == "delete" else json.dumps(_add_entity_properties(entity))
+    if payload:
+        headers += f"Content-Type: application/json\r\nContent-Length: {len(payload.encode('utf-8'))}\r\n"
+    return (f"Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: {i}\r\n\r\n"
+            f"{method} {url} HTTP/1.1\r\n{headers}\r\n{payload}\r\n")
+
+
+def transact(client: TableClient, ops: Sequence[WireOp]) -> List[Optional[str]]:
+    """Run `ops` (one partition, <= 100) as one transaction: one HTTP request. Returns each op's ETag."""
     base = f"{client.scheme}://{client._primary_hostname}"
     batch = f"batch_{uuid.uuid4()}"
     changeset = f"changeset_{uuid.uuid4()}"
     parts = [f"--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"]
-    for i, entity in enumerate(entities):
-        payload = json.dumps(_add_entity_properties(entity))
-        url = (
-            f"{base}/{client.table_name}(PartitionKey='{_url_key(entity['PartitionKey'])}',"
-            f"RowKey='{_url_key(entity['RowKey'])}')"
-        )
-        parts.append(
-            f"--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
-            f"Content-ID: {i}\r\n\r\nPATCH {url} HTTP/1.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload.encode('utf-8'))}\r\nAccept: application/json\r\n"
-            f"DataServiceVersion: 3.0\r\n\r\n{payload}\r\n"
-        )
+    for i, (kind, entity, etag) in enumerate(ops):
+        parts.append(f"--{changeset}\r\n" + _part(base, client.table_name, i, kind, entity, etag))
     parts.append(f"--{changeset}--\r\n\r\n--{batch}--\r\n")
     request = HttpRequest(
         "POST",
@@ -69,10 +93,45 @@ def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
     response = client._client.send_request(request, stream=True)
     body = response.read()
     if response.status_code != 202:
-        raise WireBatchError(f"transaction answered HTTP {response.status_code}")
-    statuses = [int(s) for s in _STATUS.findall(body)]
-    if not statuses or any(s >= 300 for s in statuses):
-        raise WireBatchError(f"transaction refused: sub-responses {statuses[:5]}")
+        raise WireBatchError(f"transaction answered HTTP {response.status_code}", response.status_code)
+    subs = _SUBRESPONSE.findall(body)
+    statuses = [int(s) for s, _, _ in subs]
+    failed = [(n, s) for n, s in enumerate(statuses) if s >= 300]
+    if failed or len(statuses) != len(ops):
+        n, status = failed[0] if failed else (0, 0)
+        raise _failure(subs[n] if subs else (b"0", b"", b""), status, len(ops))
+    return [_etag(headers) for _, headers, _ in subs]
 
 
-__all__ = ["HttpResponseError", "WireBatchError", "upsert_merge"]
+def _etag(headers: bytes) -> Optional[str]:
+    found = _ETAG.search(headers)
+    return found.group(1).decode("ascii", "replace") if found else None
+
+
+def _failure(sub: Tuple[bytes, bytes, bytes], status: int, count: int) -> WireBatchError:
+    """The failed operation: its index from the error message's "N:" prefix (else Content-ID)."""
+    _, headers, payload = sub
+    code, message, index = "", payload.decode("utf-8", "replace")[:300], -1
+    try:
+        error = json.loads(payload.decode("utf-8")).get("odata.error", {})
+        code = str(error.get("code", ""))
+        message = str((error.get("message") or {}).get("value", ""))[:300]
+    except (ValueError, AttributeError):
+        pass
+    head = message.split(":", 1)[0]
+    found = _CONTENT_ID.search(headers)
+    if head.isdigit():  # the service's own "N:" prefix is the 0-based index of the failed operation
+        index = int(head)
+    elif count == 1:
+        index = 0
+    elif found:
+        index = int(found.group(1))
+    return WireBatchError(f"operation {index} refused: HTTP {status} {code}: {message}", status, index, code)
+
+
+def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
+    """Upsert-merge `entities` (one partition, <= 100) as one transaction (the log tables' writes)."""
+    transact(client, [("upsert", e, None) for e in entities])
+
+
+__all__ = ["HttpResponseError", "WireBatchError", "WireOp", "transact", "upsert_merge"]

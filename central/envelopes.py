@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any, Dict, List, Optional, Union
 
 import schemas
@@ -75,6 +76,32 @@ def _oversized(body: Union[bytes, str]) -> Optional[BadEnvelope]:
     return BadEnvelope(head, [{"path": "/", "message": message}], digest, extra={"size": size})
 
 
+@cache
+def _rs_validator() -> Any:
+    """The envelope schema compiled by jsonschema-rs (Rust, ~100x faster than jsonschema on a valid
+    envelope), with the IMDS schema it refers to; None when the package is missing."""
+    try:
+        import jsonschema_rs
+    except ImportError:  # pragma: no cover - pinned in requirements.txt
+        return None
+    imds = schemas.load("imds-scheduled-events.schema.json")
+    registry = jsonschema_rs.Registry([(imds["$id"], imds), ("imds-scheduled-events.schema.json", imds)])
+    return jsonschema_rs.Draft202012Validator(schemas.load(SCHEMA), registry=registry, validate_formats=True)
+
+
+def _fast_valid(obj: Any) -> bool:
+    """Does the body pass the schema (jsonschema-rs)? A False is checked again by jsonschema, the
+    reference every side uses, whose answer decides; a True is trusted: tests/fuzz compares what central
+    accepts with jsonschema's verdict on hostile and mutated envelopes."""
+    validator = _rs_validator()
+    if validator is None:
+        return bool(schemas.validator(SCHEMA).is_valid(obj))
+    try:
+        return bool(validator.is_valid(obj))
+    except (ValueError, TypeError, OverflowError, RecursionError):  # e.g. an integer past 64 bits
+        return False
+
+
 def parse_body(body: Union[bytes, str]) -> Union[Envelope, BadEnvelope]:
     """One Event Hubs message body -> Envelope, or BadEnvelope with the reasons."""
     too_big = _oversized(body)
@@ -88,18 +115,16 @@ def parse_body(body: Union[bytes, str]) -> Union[Envelope, BadEnvelope]:
         return BadEnvelope(text, [{"path": "/", "message": f"not JSON: {exc}"[:300]}], digest)
     except RecursionError:  # '[' * 1000: json.loads gives up by recursing too deep
         return BadEnvelope(text, [{"path": "/", "message": "not JSON: nested too deep to parse"}], digest)
-    validator = schemas.validator(SCHEMA)
-    if not validator.is_valid(obj):  # the fast path; the full error list only for the rare bad one
+    if not _fast_valid(obj):  # the fast path; the full error list only for the rare bad one
         try:
             errs = schemas.errors(SCHEMA, obj)
         except RecursionError:  # the error message's repr of a deeply nested value
             errs = [{"path": "/", "message": "fails the envelope schema; nested too deep to explain"}]
-        vm_id = None
-        env_id = None
-        if isinstance(obj, dict):
-            vm_id = obj.get("partitionkey") if isinstance(obj.get("partitionkey"), str) else None
-            env_id = obj.get("id") if isinstance(obj.get("id"), str) else None
-        return BadEnvelope(text, errs, digest, vm_id=vm_id, envelope_id=env_id)
+        if errs:  # (none: the fast validator was stricter than the reference, which decides)
+            fields = obj if isinstance(obj, dict) else {}
+            vm_id = fields.get("partitionkey") if isinstance(fields.get("partitionkey"), str) else None
+            env_id = fields.get("id") if isinstance(fields.get("id"), str) else None
+            return BadEnvelope(text, errs, digest, vm_id=vm_id, envelope_id=env_id)
     data = obj["data"]
     time = parse(obj["time"])
     if time is None:

@@ -10,7 +10,7 @@ instance computing it from the same facts picks the same VM, as Microsoft's guid
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Dict, Optional
+from typing import AbstractSet, Dict, Optional
 
 from .registry import EventRecord
 from .vms import VmState
@@ -19,14 +19,16 @@ FAILED = ("timeout", "post-failed")
 
 
 def elect(
-    event: EventRecord, vms_by_name: Dict[str, VmState], now: datetime, liveness: timedelta
+    event: EventRecord, vms_by_name: Dict[str, VmState], now: datetime, liveness: timedelta,
+    timed_out: AbstractSet[str] = frozenset(),
 ) -> Optional[VmState]:
+    """`timed_out`: vmIds whose attempt just expired (not yet recorded on the event)."""
     live = [
         vms_by_name[n]
         for n in sorted(event.resources)
         if n in vms_by_name and vms_by_name[n].live(now, liveness)
     ]
-    failed = {a.vm_id for a in event.approvals if a.result in FAILED}
+    failed = {a.vm_id for a in event.approvals if a.result in FAILED} | set(timed_out)
     for vm in live:
         if vm.vm_id not in failed:
             return vm

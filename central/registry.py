@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from .timeutil import iso, parse
 
 RANK = {"Scheduled": 0, "Started": 1, "Completed": 2, "Cancelled": 2}
+MAX_RESOURCES = 1000  # the union of every reporter's Resources (limits.MAX_RESOURCES_PER_EVENT each)
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Approval:
     expires_at: datetime
     result: Optional[str] = None  # outcome from an approvalresult envelope, or "timeout"
     result_at: Optional[datetime] = None
+    sent: bool = True  # False between the attempt's commit and the queue send (crash-safe re-send)
+    message: Optional[Dict[str, Any]] = None  # the message itself while unsent (re-sent as is)
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -45,6 +48,8 @@ class Approval:
             "expiresAt": iso(self.expires_at),
             "result": self.result,
             "resultAt": iso(self.result_at) if self.result_at else None,
+            "sent": self.sent,
+            **({"message": self.message} if self.message is not None and not self.sent else {}),
         }
 
     @classmethod
@@ -61,6 +66,8 @@ class Approval:
             parse(d["expiresAt"]),  # type: ignore[arg-type]
             d.get("result"),
             parse(d.get("resultAt")),
+            bool(d.get("sent", True)),
+            d.get("message"),
         )
 
 
@@ -91,7 +98,10 @@ class EventRecord:
     outcome_vm: str = ""
     operator_hold: bool = False
     ended_at: Optional[datetime] = None
-    partition: str = ""  # the Events table PartitionKey (month of first sight), fixed at creation
+    hold_seq: int = 0  # the State head sequence at which an operator's hold was committed (0: none)
+    # alerts this event owes (kind, status, at, rounds, nextTry, error): durable with the event row,
+    # removed once delivered or given up (docs/central.md, "Alerts")
+    pending_alerts: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -112,7 +122,7 @@ class EventRecord:
         self.event_source = event.get("EventSource", self.event_source or "Platform")
         self.resource_type = event.get("ResourceType", self.resource_type)
         if event.get("Resources"):
-            self.resources = sorted(set(self.resources) | set(event["Resources"]))
+            self.resources = sorted(set(self.resources) | set(event["Resources"]))[:MAX_RESOURCES]
         if event.get("NotBefore"):
             self.not_before_text = event["NotBefore"]
             self.not_before = parse(event["NotBefore"])
@@ -120,6 +130,8 @@ class EventRecord:
             self.duration = event["DurationInSeconds"]
         self.description = event.get("Description", self.description) or ""
         status = event.get("EventStatus", "Scheduled")
+        if status not in RANK:
+            status = "Scheduled"
         if status == "Started":
             self.ever_started = True
         if not self.history:
@@ -178,4 +190,5 @@ class EventRecord:
             "outcome": self.outcome,
             "operatorHold": self.operator_hold,
             "endedAt": iso(self.ended_at) if self.ended_at else None,
+            "pendingAlerts": len(self.pending_alerts),
         }

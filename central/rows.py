@@ -1,29 +1,32 @@
-"""Records <-> Table entities: the column layout downstream analytics reads (docs/central.md)."""
+"""Records <-> State table entities (the fleet's shared truth; layout in docs/central.md).
+
+One partition, `fleet`, so every change that must hold together commits in one transaction:
+  head             Seq: bumped (If-Match) by every change to any event: event changes are serialised
+  vm:<vmId>        a VM: identity, grouping, liveness (central's receive time), applied incarnation
+  o:<EventId>      an active event: not ended, or ended with alerts still owed
+  x:<EventId>      an ended event whose alerts are all delivered (kept: a late report is recognised)
+  a:<sha256(key)>  an alert owed that belongs to no event (quarantine, outbox drops), until delivered
+"""
 
 from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from .alerts import Alert, Delivery
-from .envelopes import BadEnvelope, Envelope
+from .alerts import Alert
 from .registry import Approval, EventRecord
-from .store import get_json, put_json, safe_key
-from .timeutil import aware, iso, parse
+from .store import get_json, put_json
+from .timeutil import aware, parse
 from .vms import VmState
+from .wide import plain, whole
 
-
-def day(moment: datetime) -> str:
-    return aware(moment).strftime("%Y-%m-%d")
-
-
-def month(moment: datetime) -> str:
-    return aware(moment).strftime("%Y-%m")
-
-
-def claim_partition(key: str) -> str:
-    return "c" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:2]
+PARTITION = "fleet"
+HEAD = "head"
+VM = "vm:"
+ACTIVE = "o:"
+ENDED = "x:"
+ALERT = "a:"
 
 
 def _dt(value: Any) -> Optional[datetime]:
@@ -32,82 +35,32 @@ def _dt(value: Any) -> Optional[datetime]:
     return parse(value) if isinstance(value, str) else None
 
 
-# ---- Incarnations -----------------------------------------------------------------------------
-def incarnation_entity(env: Envelope, applied: bool, received: datetime) -> Dict[str, Any]:
-    data = env.data
-    diff = data.get("diff") or {}
-    events = (data.get("document") or {}).get("Events") or []
-    entity: Dict[str, Any] = {
-        "PartitionKey": day(env.time),
-        "RowKey": safe_key(
-            f"{env.vm_id}_{data['incarnation']:012d}_{hashlib.sha256(env.id.encode()).hexdigest()[:12]}"
-        ),
-        "VmId": env.vm_id,
-        "VmName": env.vm_name,
-        "Incarnation": data["incarnation"],
-        "PreviousIncarnation": data.get("previousIncarnation"),
-        "Reset": bool(data.get("reset")),
-        "Applied": applied,
-        "EnvelopeId": env.id,
-        "ObservedAt": _dt(data.get("observedAt")) or env.time,
-        "EnvelopeTime": env.time,
-        "ReceivedAt": received,
-        "ApiVersion": data.get("apiVersion", ""),
-        "EventCount": len(events),
-        "NewCount": len(diff.get("new") or []),
-        "ChangedCount": len(diff.get("changed") or []),
-        "GoneCount": len(diff.get("gone") or []),
-    }
-    put_json(entity, "EventIds", [e.get("EventId") for e in events])
-    put_json(entity, "Document", data.get("document"))
+def _drop_none(entity: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in entity.items() if v is not None}
 
 
-# ---- Quarantine -------------------------------------------------------------------------------
-def quarantine_central(bad: BadEnvelope, now: datetime) -> Dict[str, Any]:
-    entity: Dict[str, Any] = {
-        "PartitionKey": day(now),
-        "RowKey": f"central_{bad.sha256[:40]}",
-        "Source": "central",
-        "VmId": bad.vm_id or "",
-        "EnvelopeId": bad.envelope_id or "",
-        "Sha256": bad.sha256,
-        "ReceivedAt": now,
-        "ErrorCount": len(bad.errors),
-    }
-    put_json(entity, "Errors", bad.errors)
-    put_json(entity, "Body", bad.text)
-    return entity
+def head_entity(seq: int, at: datetime) -> Dict[str, Any]:
+    return {"PartitionKey": PARTITION, "RowKey": HEAD, "Kind": "head", "Seq": whole(seq), "At": at}
 
 
-def quarantine_forwarder(env: Envelope, now: datetime) -> Dict[str, Any]:
-    data = env.data
-    digest = data.get("rawSha256") or hashlib.sha256(env.id.encode()).hexdigest()
-    entity: Dict[str, Any] = {
-        "PartitionKey": day(env.time),
-        "RowKey": safe_key(f"forwarder_{env.vm_id}_{digest[:40]}"),
-        "Source": "forwarder",
-        "VmId": env.vm_id,
-        "VmName": env.vm_name,
-        "EnvelopeId": env.id,
-        "Sha256": digest,
-        "ReceivedAt": now,
-        "ObservedAt": _dt(data.get("observedAt")) or env.time,
-        "ErrorCount": len(data.get("errors") or []),
-        "RawTruncated": bool(data.get("rawTruncated")),
-    }
-    if isinstance(data.get("incarnation"), int):
-        entity["Incarnation"] = data["incarnation"]
-    put_json(entity, "Errors", data.get("errors"))
-    put_json(entity, "Body", data.get("raw", ""))
-    return entity
+def vm_key(vm_id: str) -> str:
+    return VM + vm_id
 
 
-# ---- Vms --------------------------------------------------------------------------------------
+def event_key(event_id: str, active: bool) -> str:
+    return (ACTIVE if active else ENDED) + event_id
+
+
+def alert_key(key: str) -> str:
+    return ALERT + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+# ---- VMs --------------------------------------------------------------------------------------
 def vm_entity(vm: VmState) -> Dict[str, Any]:
     entity: Dict[str, Any] = {
-        "PartitionKey": "vm",
-        "RowKey": safe_key(vm.vm_id),
+        "PartitionKey": PARTITION,
+        "RowKey": vm_key(vm.vm_id),
+        "Kind": "vm",
         "VmId": vm.vm_id,
         "VmName": vm.name,
         "ResourceId": vm.resource_id,
@@ -117,14 +70,16 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
         "LastSeen": vm.last_seen,
         "LastHeartbeat": vm.last_heartbeat,
         "ForwarderVersion": vm.forwarder_version,
-        "Incarnation": vm.incarnation,
+        "Incarnation": whole(vm.incarnation),
         "IncarnationObservedAt": vm.incarnation_observed,
-        "OutboxDropped": vm.outbox_dropped,
-        "OutboxBacklog": vm.outbox_backlog,
+        "AppliedEnvelope": vm.applied_envelope[:512],
+        "OutboxDropped": whole(vm.outbox_dropped),
+        "OutboxBacklog": whole(vm.outbox_backlog),
+        "HeartbeatLogged": vm.heartbeat_logged,
     }
     put_json(entity, "Tags", vm.tags)
     put_json(entity, "ListedEventIds", vm.listed)
-    return {k: v for k, v in entity.items() if v is not None}
+    return _drop_none(entity)
 
 
 def vm_from_entity(e: Dict[str, Any]) -> VmState:
@@ -139,20 +94,23 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         last_seen=_dt(e.get("LastSeen")),
         last_heartbeat=_dt(e.get("LastHeartbeat")),
         forwarder_version=e.get("ForwarderVersion", ""),
-        incarnation=e.get("Incarnation"),
+        incarnation=plain(e.get("Incarnation")),
         incarnation_observed=_dt(e.get("IncarnationObservedAt")),
+        applied_envelope=e.get("AppliedEnvelope", ""),
         listed=get_json(e, "ListedEventIds", []) or [],
-        outbox_dropped=int(e.get("OutboxDropped", 0)),
-        outbox_backlog=int(e.get("OutboxBacklog", 0)),
+        outbox_dropped=int(plain(e.get("OutboxDropped"), 0)),
+        outbox_backlog=int(plain(e.get("OutboxBacklog"), 0)),
+        heartbeat_logged=_dt(e.get("HeartbeatLogged")),
     )
 
 
-# ---- Events -----------------------------------------------------------------------------------
-def event_entity(rec: EventRecord) -> Dict[str, Any]:
+# ---- events -----------------------------------------------------------------------------------
+def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
     last = rec.approvals[-1] if rec.approvals else None
     entity: Dict[str, Any] = {
-        "PartitionKey": rec.partition,
-        "RowKey": safe_key(rec.event_id),
+        "PartitionKey": PARTITION,
+        "RowKey": event_key(rec.event_id, active),
+        "Kind": "event",
         "EventId": rec.event_id,
         "EventType": rec.event_type,
         "EventSource": rec.event_source,
@@ -161,17 +119,18 @@ def event_entity(rec: EventRecord) -> Dict[str, Any]:
         "State": rec.state,
         "FirstSeen": rec.first_seen,
         "NotBefore": rec.not_before,
-        "NotBeforeText": rec.not_before_text,
-        "DurationInSeconds": rec.duration,
+        "NotBeforeText": rec.not_before_text[:256],
+        "DurationInSeconds": whole(rec.duration),
         "Description": rec.description[:4096],
         "EverStarted": rec.ever_started,
         "Ended": rec.ended,
         "EndedAt": rec.ended_at,
         "OperatorHold": rec.operator_hold,
+        "HoldSeq": whole(rec.hold_seq),
         "DecisionSeq": rec.decision_seq,
         "DecisionAction": rec.decision.get("action", ""),
         "DecisionRule": rec.decision.get("rule", ""),
-        "DecisionReason": rec.decision.get("reason", ""),
+        "DecisionReason": str(rec.decision.get("reason", ""))[:4000],
         "Severity": rec.decision.get("severity", ""),
         "ApprovalCount": len(rec.approvals),
         "LeaderVmId": last.vm_id if last else "",
@@ -181,14 +140,16 @@ def event_entity(rec: EventRecord) -> Dict[str, Any]:
         "OutcomeAt": rec.outcome_at,
         "OutcomeVm": rec.outcome_vm,
         "ReporterCount": len(rec.reported_by),
+        "PendingAlertCount": len(rec.pending_alerts),
     }
     put_json(entity, "Resources", rec.resources)
     put_json(entity, "ReportedBy", rec.reported_by)
     put_json(entity, "ListedBy", rec.listed_by)
-    put_json(entity, "History", rec.history)
+    put_json(entity, "History", rec.history[-50:])
     put_json(entity, "Decision", rec.decision)
     put_json(entity, "Approvals", [a.to_json() for a in rec.approvals])
-    return {k: v for k, v in entity.items() if v is not None}
+    put_json(entity, "PendingAlerts", rec.pending_alerts)
+    return _drop_none(entity)
 
 
 def event_from_entity(e: Dict[str, Any]) -> EventRecord:
@@ -200,93 +161,57 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.state = e.get("State", "new")
     rec.not_before = _dt(e.get("NotBefore"))
     rec.not_before_text = e.get("NotBeforeText", "")
-    rec.duration = int(e.get("DurationInSeconds", -1))
+    rec.duration = int(plain(e.get("DurationInSeconds"), -1))
     rec.description = e.get("Description", "")
     rec.ever_started = bool(e.get("EverStarted"))
     rec.ended_at = _dt(e.get("EndedAt"))
     rec.operator_hold = bool(e.get("OperatorHold"))
+    rec.hold_seq = int(plain(e.get("HoldSeq"), 0))
     rec.decision_seq = int(e.get("DecisionSeq", 0))
     rec.outcome = e.get("Outcome") or None
     rec.outcome_at = _dt(e.get("OutcomeAt"))
     rec.outcome_vm = e.get("OutcomeVm", "")
-    rec.partition = e["PartitionKey"]
     rec.resources = get_json(e, "Resources", []) or []
     rec.reported_by = get_json(e, "ReportedBy", {}) or {}
     rec.listed_by = get_json(e, "ListedBy", []) or []
     rec.history = get_json(e, "History", []) or []
     rec.decision = get_json(e, "Decision", {}) or {}
     rec.approvals = [Approval.from_json(a) for a in get_json(e, "Approvals", []) or []]
+    rec.pending_alerts = get_json(e, "PendingAlerts", []) or []
     return rec
 
 
-# ---- Decisions and alerts ---------------------------------------------------------------------
-def decision_entity(rec: EventRecord, decision: Dict[str, Any], at: datetime) -> Dict[str, Any]:
-    entity = {
-        "PartitionKey": day(at),
-        "RowKey": safe_key(f"{rec.event_id}_{rec.decision_seq:04d}"),
-        "EventId": rec.event_id,
-        "EventType": rec.event_type,
-        "Seq": rec.decision_seq,
-        "At": at,
-        "Action": decision["action"],
-        "State": decision["state"],
-        "Rule": decision["rule"],
-        "Reason": decision["reason"][:4000],
-        "Severity": decision["severity"],
-        "DecidedBy": decision["decidedBy"],
-        "LeaderVmId": decision.get("leaderVmId") or "",
-        "LeaderVmName": decision.get("leaderVmName") or "",
-        "MessageId": decision.get("messageId") or "",
-        "ExpiresAt": parse(decision.get("expiresAt")) if decision.get("expiresAt") else None,
+# ---- alerts owed by no event ------------------------------------------------------------------
+def alert_row(alert: Alert) -> Dict[str, Any]:
+    entity: Dict[str, Any] = {
+        "PartitionKey": PARTITION,
+        "RowKey": alert_key(alert.key),
+        "Kind": "alert",
+        "Key": alert.key[:1000],
+        "NextTry": alert.next_try,
     }
-    return {k: v for k, v in entity.items() if v is not None}
+    put_json(entity, "Alert", alert.to_json())
+    return _drop_none(entity)
 
 
-def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
-    """An approval result envelope, logged in Decisions beside the decision it answers."""
-    d = env.data
-    entity = {
-        "PartitionKey": day(env.time),
-        "RowKey": safe_key(f"{d['eventId']}_result_{env.vm_id}_{env.id[-24:]}"),
-        "EventId": d["eventId"],
-        "Action": "result",
-        "State": d["outcome"],
-        "Rule": "",
-        "Reason": str(d.get("reason", ""))[:4000],
-        "Severity": "info",
-        "DecidedBy": d.get("decidedBy") or "",
-        "LeaderVmId": env.vm_id,
-        "LeaderVmName": env.vm_name,
-        "MessageId": d.get("messageId") or "",
-        "At": _dt(d.get("at")) or env.time,
-        "ReceivedAt": now,
-    }
-    return entity
+def alert_from_row(e: Dict[str, Any]) -> Optional[Alert]:
+    data = get_json(e, "Alert")
+    return Alert.from_json(data) if isinstance(data, dict) else None
 
 
-def alert_entity(alert: Alert, delivery: Optional[Delivery], fmt: str) -> Dict[str, Any]:
-    """The Alerts row. `delivery` None: the alert was claimed by an earlier instance (or this one
-    before a crash), so whether it was delivered is not known here: the row gets everything but the
-    delivery columns, and a merge never overwrites what the sender recorded."""
-    entity = {
-        "PartitionKey": day(alert.at),
-        "RowKey": safe_key(alert.key),
-        "Key": alert.key,
-        "Kind": alert.kind,
-        "Severity": alert.severity,
-        "Title": alert.title[:1000],
-        "Text": alert.text[:4000],
-        "EventId": alert.event_id or "",
-        "Status": alert.status or "",
-        "At": alert.at,
-        "Format": fmt,
-    }
-    if delivery is not None:
-        entity.update({"Sent": delivery.sent, "Attempts": delivery.attempts, "Rounds": alert.rounds,
-                       "Error": delivery.error[:1000], "HttpStatus": delivery.http_status})
-    put_json(entity, "Facts", alert.facts)
-    return {k: v for k, v in entity.items() if v is not None}
+# ---- readers outside central (analytics, the demo, tests) --------------------------------------
+STATE_VIEWS = {"Events": "event", "Vms": "vm", "OwedAlerts": "alert"}
 
 
-def iso_or_none(moment: Optional[datetime]) -> Optional[str]:
-    return iso(moment) if moment else None
+def read_table(service: Any, prefix: str, name: str) -> List[Dict[str, Any]]:
+    """A table's rows by its old name: "Events" and "Vms" are those kinds of the State table's rows,
+    anything else the log table itself. A table not created yet reads as empty."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    try:
+        if name in STATE_VIEWS:
+            client = service.get_table_client(prefix + "State")
+            return [dict(e) for e in client.query_entities(f"Kind eq '{STATE_VIEWS[name]}'")]
+        return [dict(e) for e in service.get_table_client(prefix + name).list_entities()]
+    except ResourceNotFoundError:
+        return []

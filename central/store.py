@@ -1,11 +1,12 @@
-"""The log store: Azure Table storage through azure-data-tables.
+"""Table storage through azure-data-tables: the State table's transactions and the log tables' writes.
 
-Writes are staged during a batch and flushed as one transaction per (table, partition) (at most 100
-operations and ~3 MB each). Partition keys are chosen so a typical batch touches few partitions:
-Incarnations by UTC day of the envelope's own time (a replay lands on the same row), Vms in one
-partition, Events by month of first sight. Reads happen once per instance (load_* at start-up);
-later decisions use the in-memory registry. Claims (create-only rows) make approvals and alerts
-exactly-once across Function instances. Table layout: docs/central.md.
+Two kinds of writes. The State table (the fleet's shared truth, central.state) is changed only by
+`transact`: conditional operations (If-Match ETags, insert-if-absent) in one entity-group transaction,
+all or nothing; a lost race raises `Conflict` and the caller re-reads and decides again. The log tables
+(Incarnations, Decisions, Alerts, Quarantine: append-mostly history with deterministic keys) are staged
+during a call and flushed once, one upsert transaction per (table, partition) chunk. A log row the
+service refuses for its content (HTTP 400) is set aside and reported, never retried forever; a row
+that failed for a transient reason stays staged for the next flush. Table layout: docs/central.md.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient, TableTransactionError, UpdateMode
 
@@ -22,7 +24,7 @@ from . import batch_wire
 
 log = logging.getLogger(__name__)
 
-TABLES = ("Incarnations", "Events", "Decisions", "Vms", "Alerts", "Quarantine", "Claims")
+TABLES = ("State", "Incarnations", "Decisions", "Alerts", "Quarantine")
 MAX_OPS = 100  # Table storage: at most 100 operations per transaction
 MAX_TXN_BYTES = 3 * 1024 * 1024  # payload limit is 4 MiB; keep a margin for the multipart framing
 PART_CHARS = 15_000  # 64 KiB per string property = 32K UTF-16 units; 15K chars is safe for any text
@@ -30,7 +32,34 @@ MAX_JSON_BYTES = 600_000  # per JSON column (UTF-16 bytes), so the entity stays 
 
 
 class StoreError(RuntimeError):
-    """The log store could not be written; the staged rows are kept and retried at the next flush."""
+    """Table storage could not be reached or written for a transient reason (the call may be retried)."""
+
+
+class Conflict(Exception):
+    """A transaction lost a race: operation `index` found the row changed (412), present (409) or gone
+    (404). Nothing of the transaction was written; re-read and decide again."""
+
+    def __init__(self, index: int, status: int, message: str = "") -> None:
+        super().__init__(f"operation {index}: HTTP {status} {message}"[:300])
+        self.index = index
+        self.status = status
+
+
+class Rejected(Exception):
+    """The service refused operation `index` for its content (HTTP 400): retrying cannot help."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message[:500])
+        self.index = index
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a State transaction: kind upsert | merge | replace | insert | delete."""
+
+    kind: str
+    entity: Dict[str, Any]
+    etag: Optional[str] = None
 
 
 def put_json(entity: Dict[str, Any], name: str, value: Any) -> None:
@@ -76,6 +105,7 @@ class TableLog:
     prefix: str = ""
     _staged: Dict[Tuple[str, str, str], Dict[str, Any]] = field(default_factory=dict)
     _ready: bool = False
+    rejected: List[str] = field(default_factory=list)  # log rows set aside since the last take_rejected()
 
     def name(self, table: str) -> str:
         return f"{self.prefix}{table}"
@@ -89,9 +119,94 @@ class TableLog:
                 self.service.create_table(self.name(table))
             except ResourceExistsError:
                 pass
+            except AzureError as exc:
+                raise StoreError(f"table {self.name(table)} cannot be created: {exc}"[:500]) from exc
         self._ready = True
 
-    # ---- writes --------------------------------------------------------------------------------
+    def client(self, table: str) -> Any:
+        return self.service.get_table_client(self.name(table))
+
+    # ---- State: conditional transactions --------------------------------------------------------
+    def transact(self, table: str, ops: Sequence[Op]) -> List[Optional[str]]:
+        """Run `ops` (one partition, <= 100) all or nothing; returns each operation's new ETag.
+        Raises Conflict (a lost race), Rejected (content refused) or StoreError (transient)."""
+        self.ensure_tables()
+        client = self.client(table)
+        wire = [(op.kind, op.entity, op.etag) for op in ops]
+        try:
+            return batch_wire.transact(client, wire)
+        except batch_wire.WireBatchError as exc:
+            if exc.status in (404, 409, 412):
+                raise Conflict(max(exc.index, 0), exc.status, exc.code) from None
+            if exc.status == 400 or exc.status == 413:
+                raise Rejected(max(exc.index, 0), str(exc)) from None
+            if exc.status and exc.status >= 500:
+                raise StoreError(f"{self.name(table)}: {exc}"[:500]) from None
+            log.info("wire transaction unreadable (%s); retrying through submit_transaction", exc)
+        except (TypeError, ValueError) as exc:  # a value the SDK's serialiser refuses
+            raise Rejected(0, f"{type(exc).__name__}: {exc}") from None
+        except AzureError as exc:
+            raise StoreError(f"{self.name(table)}: {exc}"[:500]) from exc
+        return self._sdk_transact(client, ops)
+
+    @staticmethod
+    def _sdk_transact(client: Any, ops: Sequence[Op]) -> List[Optional[str]]:
+        """The SDK's own transaction (the reference the wire path is tested against; its fallback)."""
+        sdk: List[Any] = []
+        for op in ops:
+            cond = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified} if op.etag else {}
+            if op.kind == "upsert":
+                sdk.append(("upsert", op.entity, {"mode": UpdateMode.MERGE}))
+            elif op.kind in ("merge", "replace"):
+                mode = UpdateMode.MERGE if op.kind == "merge" else UpdateMode.REPLACE
+                sdk.append(("update", op.entity, {"mode": mode, **cond}))
+            elif op.kind == "insert":
+                sdk.append(("create", op.entity))
+            else:
+                sdk.append(("delete", op.entity, cond))
+        try:
+            results = client.submit_transaction(sdk)
+        except TableTransactionError as exc:
+            if exc.status_code in (404, 409, 412):
+                raise Conflict(exc.index, exc.status_code or 0) from None
+            if exc.status_code in (400, 413):
+                raise Rejected(exc.index, str(exc)) from None
+            raise StoreError(str(exc)[:500]) from exc
+        except AzureError as exc:
+            raise StoreError(str(exc)[:500]) from exc
+        return [r.get("etag") for r in results]
+
+    def get(self, table: str, partition: str, row: str) -> Optional[Tuple[Dict[str, Any], str]]:
+        """(entity, etag) or None when absent."""
+        self.ensure_tables()
+        try:
+            e = self.client(table).get_entity(partition, row)
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise StoreError(f"{self.name(table)} read failed: {exc}"[:500]) from exc
+        return dict(e), e.metadata["etag"]
+
+    def query_with_etags(self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None,
+                         select: Optional[List[str]] = None) -> List[Tuple[Dict[str, Any], str]]:
+        self.ensure_tables()
+        try:
+            pages = self.client(table).query_entities(filter_, parameters=parameters or {},
+                                                      results_per_page=1000, select=select)
+            return [(dict(e), e.metadata.get("etag", "")) for e in pages]
+        except AzureError as exc:
+            raise StoreError(f"{self.name(table)} query failed: {exc}"[:500]) from exc
+
+    def query(
+        self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None
+    ) -> List[Dict[str, Any]]:
+        return [e for e, _ in self.query_with_etags(table, filter_, parameters)]
+
+    def all_rows(self, table: str) -> List[Dict[str, Any]]:
+        self.ensure_tables()
+        return [dict(e) for e in self.client(table).list_entities(results_per_page=1000)]
+
+    # ---- log tables: staged upserts ------------------------------------------------------------
     def stage(self, table: str, entity: Dict[str, Any]) -> None:
         """Upsert (merge) `entity` at the next flush; a second stage of the same row merges into it,
         since a transaction may not touch one entity twice."""
@@ -105,9 +220,14 @@ class TableLog:
     def staged_count(self) -> int:
         return len(self._staged)
 
+    def take_rejected(self) -> List[str]:
+        out, self.rejected = self.rejected, []
+        return out
+
     def flush(self) -> int:
         """Write everything staged: one transaction per (table, partition) chunk. Returns the number
-        of transactions. On failure the unwritten rows stay staged and StoreError is raised."""
+        of transactions. A row refused for its content is set aside (see `rejected`); on a transient
+        failure the unwritten rows stay staged and StoreError is raised."""
         if not self._staged:
             return 0
         self.ensure_tables()
@@ -119,18 +239,32 @@ class TableLog:
         for (table, _pk), rows in groups.items():
             for chunk in self._chunks(rows):
                 try:
-                    self._submit(table, [e for _, e in chunk])
-                except (AzureError, ValueError) as exc:
-                    failures.append(f"{self.name(table)}: {exc}"[:500])
-                    continue
-                sent += 1
-                for key, _ in chunk:
-                    self._staged.pop(key, None)
+                    sent += self._write_chunk(table, chunk)
+                except StoreError as exc:
+                    failures.append(str(exc))
         if failures:
             raise StoreError(
                 "log store write failed (rows kept, retried at the next flush): " + "; ".join(failures)
             )
         return sent
+
+    def _write_chunk(self, table: str, chunk: List[Tuple[Tuple[str, str, str], Dict[str, Any]]]) -> int:
+        try:
+            self.transact(table, [Op("upsert", e) for _, e in chunk])
+        except Rejected as exc:
+            if len(chunk) == 1:  # this very row: set it aside, never retried
+                key = chunk[0][0]
+                self._staged.pop(key, None)
+                self.rejected.append(f"{self.name(table)} {key[1]}/{key[2][:80]}: {exc}"[:500])
+                log.error("log row set aside (the store refuses it): %s", self.rejected[-1])
+                return 0
+            half = len(chunk) // 2  # find the refused row(s): the others still go in
+            return self._write_chunk(table, chunk[:half]) + self._write_chunk(table, chunk[half:])
+        except Conflict as exc:  # an upsert cannot conflict; treat as transient
+            raise StoreError(f"{self.name(table)}: {exc}") from None
+        for key, _ in chunk:
+            self._staged.pop(key, None)
+        return 1
 
     @staticmethod
     def _chunks(rows: List[Any]) -> Iterable[List[Any]]:
@@ -145,93 +279,6 @@ class TableLog:
             size += row_size
         if chunk:
             yield chunk
-
-    def _submit(self, table: str, entities: List[Dict[str, Any]]) -> None:
-        client = self.service.get_table_client(self.name(table))
-        if len(entities) == 1:
-            client.upsert_entity(entities[0], mode=UpdateMode.MERGE)
-            return
-        try:
-            batch_wire.upsert_merge(client, entities)
-            return
-        except (batch_wire.WireBatchError, AzureError, AttributeError, TypeError) as exc:
-            log.info("wire transaction failed (%s); retrying through submit_transaction", exc)
-        client.submit_transaction([("upsert", e, {"mode": UpdateMode.MERGE}) for e in entities])
-
-    # ---- claims: create-only rows, so two instances never both send one approval or alert -------
-    def claim(self, key: str, partition: str, **columns: Any) -> bool:
-        """True when this instance is the first to claim `key` (the row did not exist)."""
-        self.ensure_tables()
-        entity = {"PartitionKey": partition, "RowKey": safe_key(key), **columns}
-        try:
-            self.service.get_table_client(self.name("Claims")).create_entity(entity)
-        except ResourceExistsError:
-            return False
-        except AzureError as exc:
-            raise StoreError(f"claim {key!r} failed: {exc}") from exc
-        return True
-
-    def claim_many(self, keys: List[str], partition: str, **columns: Any) -> Set[str]:
-        """Claim several keys of one partition: one transaction when none was claimed before (the
-        common case), else one request per key. Returns the keys this instance now holds."""
-        if not keys:
-            return set()
-        if len(keys) > 1 and len(keys) <= MAX_OPS:
-            self.ensure_tables()
-            ops = [("create", {"PartitionKey": partition, "RowKey": safe_key(k), **columns}) for k in keys]
-            try:
-                self.service.get_table_client(self.name("Claims")).submit_transaction(ops)
-                return set(keys)
-            except TableTransactionError:
-                pass  # some key was claimed already: sort them out one by one
-            except AzureError as exc:
-                raise StoreError(f"claims failed: {exc}") from exc
-        return {k for k in keys if self.claim(k, partition, **columns)}
-
-    def read_claim(self, key: str, partition: str) -> Optional[Dict[str, Any]]:
-        """The claim row (who claimed, what they sent), or None if it is gone."""
-        try:
-            return dict(
-                self.service.get_table_client(self.name("Claims")).get_entity(partition, safe_key(key))
-            )
-        except ResourceNotFoundError:
-            return None
-        except AzureError as exc:
-            raise StoreError(f"claim {key!r} unreadable: {exc}") from exc
-
-    def mark_claim(self, key: str, partition: str, **columns: Any) -> None:
-        """Add columns to a claim row (e.g. Sent once the guarded action happened). Best effort: an
-        unmarked claim is re-done by whoever adopts it, and every such action is idempotent."""
-        entity = {"PartitionKey": partition, "RowKey": safe_key(key), **columns}
-        try:
-            self.service.get_table_client(self.name("Claims")).update_entity(entity, mode=UpdateMode.MERGE)
-        except AzureError as exc:
-            log.warning("claim %r not marked: %s", key, exc)
-
-    def release(self, key: str, partition: str) -> None:
-        """Give a claim back (the action it guarded did not happen). Best effort."""
-        try:
-            self.service.get_table_client(self.name("Claims")).delete_entity(partition, safe_key(key))
-        except AzureError as exc:
-            log.warning("claim %r not released: %s", key, exc)
-
-    # ---- reads (once per instance) -------------------------------------------------------------
-    def query(
-        self, table: str, filter_: str, parameters: Optional[Dict[str, Any]] = None
-    ) -> List[Dict[str, Any]]:
-        self.ensure_tables()
-        client = self.service.get_table_client(self.name(table))
-        return [
-            dict(e)
-            for e in client.query_entities(filter_, parameters=parameters or {}, results_per_page=1000)
-        ]
-
-    def all_rows(self, table: str) -> List[Dict[str, Any]]:
-        self.ensure_tables()
-        return [
-            dict(e)
-            for e in self.service.get_table_client(self.name(table)).list_entities(results_per_page=1000)
-        ]
 
 
 _FORBIDDEN = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})

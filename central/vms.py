@@ -16,11 +16,12 @@ class VmState:
     placement_group: str = ""
     zone: str = ""
     tags: Dict[str, str] = field(default_factory=dict)
-    last_seen: Optional[datetime] = None  # latest envelope time of any type (capped at now)
+    last_seen: Optional[datetime] = None  # when central last received anything from it (enqueued time)
     last_heartbeat: Optional[datetime] = None
     forwarder_version: str = ""
     incarnation: Optional[int] = None  # the incarnation whose document is applied
-    incarnation_observed: Optional[datetime] = None
+    incarnation_observed: Optional[datetime] = None  # central's receive time of that incarnation
+    applied_envelope: str = ""  # the envelope id of the applied incarnation (a replay is recognised)
     listed: List[str] = field(default_factory=list)  # EventIds in that document
     outbox_dropped: int = 0
     outbox_backlog: int = 0

@@ -101,7 +101,8 @@ def make_handler(state: State) -> type:
                     state.fail_left -= 1
                     self._send(state.fail_status, {"error": "failing on purpose"})
                     return
-                entry = {"path": self.path, "body": body, "at": time.time()}
+                entry = {"path": self.path, "body": body, "at": time.time(),
+                         "idempotencyKey": self.headers.get("Idempotency-Key")}
                 state.alerts.append(entry)
                 if state.record:
                     with state.record.open("a", encoding="utf-8") as fh:

@@ -80,6 +80,7 @@ class FleetSettings:
     hook_seconds: float = HOOK_SECONDS
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
+    central_instances: int = 2                  # Functions runner processes sharing the hub and the store
 
 
 class Fleet:
@@ -111,6 +112,11 @@ class Fleet:
     @property
     def runner_url(self) -> str:
         return f"http://{processes.LOOPBACK}:{self.servers['functions'].port}"
+
+    @property
+    def runner_names(self) -> List[str]:
+        """"functions" (the first central instance), then "functions-2", ..."""
+        return [n for n in self.servers if n == "functions" or n.startswith("functions-")]
 
     @property
     def webhook_url(self) -> str:
@@ -150,7 +156,12 @@ class Fleet:
         self.imds = ImdsSimulator(f"http://{processes.LOOPBACK}:{self.servers['imds'].port}")
         self.servers["webhook"] = processes.start_webhook_receiver(
             ["--record", str(self.work / "alerts.jsonl")], log_dir=self.work)
-        self.servers["functions"] = self._start_runner()
+        # Central as several Function instances: the same settings and consumer group, so the Event Hubs
+        # client's load balancing splits the hub's partitions between them (each VM's envelopes reach one
+        # instance); HTTP and timer calls land on any. The State table keeps them one.
+        for n in range(max(1, s.central_instances)):
+            name = "functions" if n == 0 else f"functions-{n + 1}"
+            self.servers[name] = self._start_runner(name)
         for vm in s.vms:
             self.forwarders[vm.name] = self._start_forwarder(vm)
 
@@ -169,7 +180,7 @@ class Fleet:
     def _stop_all(self) -> None:
         capture = self.settings.capture and "eventhubs" in self.servers and "azurite" in self.servers
         waves = [list(self.forwarders.values()),
-                 [self.servers[n] for n in ("functions", "webhook") if n in self.servers],
+                 [self.servers[n] for n in (*self.runner_names, "webhook") if n in self.servers],
                  # with Capture, the hub stops first: it writes its open windows to Azurite as it goes
                  [self.servers.pop("eventhubs")] if capture else [],
                  [self.servers[n] for n in ("imds", "eventhubs", "azurite") if n in self.servers]]
@@ -206,7 +217,7 @@ class Fleet:
                 for s in [*self.servers.values(), *self.forwarders.values()] if s.proc.poll() is not None]
 
     # ---- central: the Functions runner with a generated local settings file -------------------
-    def _start_runner(self) -> processes.Server:
+    def _start_runner(self, name: str = "functions") -> processes.Server:
         s = self.settings
         values = {
             "FUNCTIONS_WORKER_RUNTIME": "python",
@@ -228,7 +239,7 @@ class Fleet:
         port = processes.free_port()
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
-        return processes.start("functions", argv, {"http": port}, log_dir=self.work, timeout=60)
+        return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)
 
     # ---- a forwarder per VM ---------------------------------------------------------------------
     def _write_hook(self, vm: VmSpec) -> Path:
@@ -274,10 +285,13 @@ class Fleet:
         return processes.start(f"forwarder-{vm.name}", argv, {}, log_dir=home, env=env)
 
     # ---- what the fleet knows -------------------------------------------------------------------
-    def central(self, path: str) -> Any:
+    def central(self, path: str, instance: int = 0) -> Any:
+        """GET an operator route on central instance `instance` (any instance answers the same)."""
         session = requests.Session()
         session.trust_env = False
-        resp = session.get(f"{self.runner_url}/api/{path}", headers={"x-functions-key": FUNCTION_KEY},
+        server = self.servers[self.runner_names[instance % len(self.runner_names)]]
+        resp = session.get(f"http://{processes.LOOPBACK}:{server.port}/api/{path}",
+                           headers={"x-functions-key": FUNCTION_KEY},
                            timeout=10)
         resp.raise_for_status()
         return resp.json()

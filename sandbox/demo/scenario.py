@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableServiceClient
 
+from central.rows import read_table
 from central.store import get_json
 from sandbox.demo.fleet import TABLE_PREFIX, Fleet
 
@@ -143,13 +143,7 @@ def webhook_alerts(fleet: Fleet) -> List[Dict[str, Any]]:
 
 def table_rows(connection_string: str, names: List[str]) -> Dict[str, List[Dict[str, Any]]]:
     service = TableServiceClient.from_connection_string(connection_string)
-    out: Dict[str, List[Dict[str, Any]]] = {}
-    for name in names:
-        try:
-            out[name] = [dict(e) for e in service.get_table_client(TABLE_PREFIX + name).list_entities()]
-        except ResourceNotFoundError:
-            out[name] = []
-    return out
+    return {name: read_table(service, TABLE_PREFIX, name) for name in names}
 
 
 def collect(fleet: Fleet, plan: List[Scene]) -> Evidence:

@@ -13,6 +13,7 @@ from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
 
 from central.approvals import queue_name
+from central.rows import read_table
 from central.service import CentralService
 from sandbox import processes
 
@@ -35,7 +36,11 @@ class Hook:
         self.session.delete(f"{url}/alerts", timeout=5)
 
     def alerts(self) -> List[Dict[str, Any]]:
-        return [a["body"] for a in self.session.get(f"{self.url}/alerts", timeout=5).json()]
+        return [a["body"] for a in self.entries()]
+
+    def entries(self) -> List[Dict[str, Any]]:
+        """Every alert as received: body, path, time and the Idempotency-Key header."""
+        return list(self.session.get(f"{self.url}/alerts", timeout=5).json())
 
     def attempts(self) -> int:
         return self.session.get(f"{self.url}/admin/stats", timeout=5).json()["attempts"]
@@ -78,7 +83,8 @@ class Env:
         return CentralService.from_settings(self.settings(**extra))
 
     def rows(self, table: str) -> List[Dict[str, Any]]:
-        return [dict(e) for e in self.tables.get_table_client(self.prefix + table).list_entities()]
+        """A log table's rows; "Events" and "Vms": those kinds of rows of the State table."""
+        return read_table(self.tables, self.prefix, table)
 
     def messages(self, vm_id: str) -> List[Dict[str, Any]]:
         """Approval messages waiting on a VM's queue (peeked, not consumed)."""

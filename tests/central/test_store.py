@@ -1,14 +1,17 @@
-"""The log store on Azurite: one transaction per partition chunk, one HTTP request each, nothing lost."""
+"""The store on Azurite: State transactions all or nothing under ETags, log rows one request per
+partition chunk, a refused row set aside (never retried forever), the wire path equal to the SDK's."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timezone
 
 import pytest
-from azure.data.tables import TableServiceClient
+from azure.data.tables import TableServiceClient, UpdateMode
 
+from central import batch_wire
 from central.settings import CountingTransport
-from central.store import StoreError, TableLog
+from central.store import Conflict, Op, Rejected, TableLog
 from sandbox import processes
 
 
@@ -32,62 +35,81 @@ def test_one_request_per_partition_chunk_and_merged_duplicates(azurite: processe
             "Incarnations", {"PartitionKey": "2026-11-21", "RowKey": f"r{i:03d}", "N": i, "Name": "o'brien"}
         )
     log.stage("Incarnations", {"PartitionKey": "2026-11-21", "RowKey": "r000", "Extra": True})  # merges
-    log.stage("Vms", {"PartitionKey": "vm", "RowKey": "a", "Seen": 1})
-    assert log.flush() == 3  # 100 + 50 rows, and one Vms row
+    log.stage("Decisions", {"PartitionKey": "2026-11-21", "RowKey": "a", "Seen": 1})
+    assert log.flush() == 3  # 100 + 50 rows, and one Decisions row
     assert transport.requests - before == 3
-    rows = list(log.service.get_table_client(log.name("Incarnations")).list_entities())
+    rows = list(log.client("Incarnations").list_entities())
     assert len(rows) == 150
     first = next(r for r in rows if r["RowKey"] == "r000")
     assert first["Extra"] is True and first["N"] == 0 and first["Name"] == "o'brien"
 
 
-def test_a_refused_write_keeps_the_rows_and_says_why(azurite: processes.Server) -> None:
+def test_a_refused_log_row_is_set_aside_and_the_others_written(azurite: processes.Server) -> None:
     log = log_for(azurite)
-    log.stage("Events", {"PartitionKey": "2026-11", "RowKey": "ok", "A": 1})
-    log.stage(
-        "Events", {"PartitionKey": "2026-11", "RowKey": "bad", "Huge": "x" * 70_000}
-    )  # > 64 KiB property
-    with pytest.raises(StoreError, match="rows kept"):
-        log.flush()
-    assert log.staged_count == 2
-    log.stage("Events", {"PartitionKey": "2026-11", "RowKey": "bad", "Huge": "fixed"})
-    assert log.flush() == 1 and log.staged_count == 0
-    assert len(list(log.service.get_table_client(log.name("Events")).list_entities())) == 2
+    log.stage("Decisions", {"PartitionKey": "2026-11", "RowKey": "ok", "A": 1})
+    log.stage("Decisions", {"PartitionKey": "2026-11", "RowKey": "bad", "Huge": "x" * 70_000})  # > 64 KiB
+    log.stage("Decisions", {"PartitionKey": "2026-11", "RowKey": "ok2", "A": 2})
+    assert log.flush() == 2  # the halves without the bad row
+    assert log.staged_count == 0  # nothing kept to fail again at every later flush
+    (problem,) = log.take_rejected()
+    assert "bad" in problem and "PropertyValueTooLarge" in problem
+    assert sorted(r["RowKey"] for r in log.client("Decisions").list_entities()) == ["ok", "ok2"]
+    assert log.flush() == 0 and log.take_rejected() == []
 
 
-def test_claims_are_exactly_once(azurite: processes.Server) -> None:
+def test_state_transactions_are_all_or_nothing_under_etags(azurite: processes.Server) -> None:
     log = log_for(azurite)
-    assert log.claim("E1:approval:1", "c00") is True
-    assert log.claim("E1:approval:1", "c00") is False
-    assert log.claim("E1:approval:2", "c00") is True
-
-
-def test_claim_many_in_one_transaction_or_one_by_one(azurite: processes.Server) -> None:
-    log = log_for(azurite)
-    assert log.claim_many(["k1", "k2", "k3"], "alerts") == {"k1", "k2", "k3"}
-    assert log.claim_many(["k3", "k4"], "alerts") == {"k4"}  # k3 was taken: the transaction fails whole
-    assert log.claim_many([], "alerts") == set()
+    row = {"PartitionKey": "fleet", "RowKey": "head", "Seq": 1}
+    (etag,) = log.transact("State", [Op("insert", row)])
+    with pytest.raises(Conflict) as lost:  # someone else inserted it first
+        log.transact("State", [Op("upsert", {"PartitionKey": "fleet", "RowKey": "x"}), Op("insert", row)])
+    assert lost.value.index == 1 and lost.value.status == 409
+    assert log.get("State", "fleet", "x") is None  # all or nothing
+    etags = log.transact(
+        "State",
+        [
+            Op("replace", dict(row, Seq=2), etag),
+            Op("insert", {"PartitionKey": "fleet", "RowKey": "o:E1", "A": 1}),
+        ],
+    )
+    with pytest.raises(Conflict) as stale:  # the old ETag: the row changed since it was read
+        log.transact("State", [Op("replace", dict(row, Seq=3), etag)])
+    assert stale.value.status == 412
+    entity, now_etag = log.get("State", "fleet", "head")
+    assert entity["Seq"] == 2 and now_etag == etags[0]
+    with pytest.raises(Rejected):
+        log.transact("State", [Op("upsert", {"PartitionKey": "fleet", "RowKey": "big", "B": "x" * 70_000})])
+    assert log.transact("State", [Op("delete", {"PartitionKey": "fleet", "RowKey": "o:E1"}, etags[1])]) == [
+        None
+    ]
+    assert log.get("State", "fleet", "o:E1") is None
 
 
 def test_the_wire_transaction_stores_what_submit_transaction_stores(azurite: processes.Server) -> None:
     """central/batch_wire.py is a hand-written fast path beside the SDK's submit_transaction: the same
-    entities written both ways must read back identical, whatever the keys and value types."""
-    from datetime import datetime, timezone
-
-    from azure.data.tables import UpdateMode
-
-    from central import batch_wire
-
+    entities written both ways must read back identical, whatever the keys and value types, and the
+    conditional operations must answer the same ETags and refuse the same stale ones."""
     log = log_for(azurite)
     keys = ["plain", "o'brien", "with space", "per%cent", "plus+sign", "ünïcødé-名前", "semi;colon", "a&b=c"]
     when = datetime(2026, 11, 21, 4, 32, 1, 123000, tzinfo=timezone.utc)
 
     def entities(partition: str) -> list:
-        return [{"PartitionKey": partition, "RowKey": key, "Text": f"value {key} \"quoted\" \n newline",
-                 "Int": 2**30, "Small": -3, "Float": 1.5, "Bool": False, "When": when, "Empty": ""}
-                for key in keys]
+        return [
+            {
+                "PartitionKey": partition,
+                "RowKey": key,
+                "Text": f'value {key} "quoted" \n newline',
+                "Int": 2**30,
+                "Small": -3,
+                "Float": 1.5,
+                "Bool": False,
+                "When": when,
+                "Empty": "",
+            }
+            for key in keys
+        ]
 
-    client = log.service.get_table_client(log.name("Events"))
+    client = log.client("Incarnations")
     batch_wire.upsert_merge(client, entities("wire"))
     client.submit_transaction([("upsert", e, {"mode": UpdateMode.MERGE}) for e in entities("sdk")])
 
@@ -98,3 +120,15 @@ def test_the_wire_transaction_stores_what_submit_transaction_stores(azurite: pro
     wire, sdk = read("wire"), read("sdk")
     assert sorted(wire) == sorted(keys)
     assert wire == sdk
+    for how, run in (
+        ("wire", lambda ops: batch_wire.transact(client, [(o.kind, o.entity, o.etag) for o in ops])),
+        ("sdk", lambda ops: TableLog._sdk_transact(client, ops)),
+    ):
+        first = run([Op("insert", {"PartitionKey": how, "RowKey": "cond", "N": 1})])
+        current = client.get_entity(how, "cond").metadata["etag"]
+        assert first == [current]
+        second = run([Op("replace", {"PartitionKey": how, "RowKey": "cond", "N": 2}, current)])
+        assert second == [client.get_entity(how, "cond").metadata["etag"]]
+        with pytest.raises((batch_wire.WireBatchError, Conflict)):
+            run([Op("merge", {"PartitionKey": how, "RowKey": "cond", "N": 3}, current)])
+        assert client.get_entity(how, "cond")["N"] == 2

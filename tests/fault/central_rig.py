@@ -17,6 +17,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 from azure.storage.queue import QueueServiceClient
 
 from central.approvals import queue_name
+from central.rows import read_table
 from sandbox import processes
 from tests.central.factory import Vm, event
 from tests.forwarder.helpers import wait_until
@@ -99,12 +100,9 @@ def log_counts(server: processes.Server) -> Counter:
                    executed=text.count("Executed 'Functions.ingest'"))
 
 
-def table_rows(storage: str, table: str) -> List[Dict[str, Any]]:
-    try:
-        client = TableServiceClient.from_connection_string(storage).get_table_client(f"{PREFIX}{table}")
-        return [dict(e) for e in client.list_entities()]
-    except ResourceNotFoundError:
-        return []
+def table_rows(storage: str, table: str, prefix: str = PREFIX) -> List[Dict[str, Any]]:
+    """A log table, or "Events" / "Vms": those rows of the State table."""
+    return read_table(TableServiceClient.from_connection_string(storage), prefix, table)
 
 
 def approval_messages(storage: str, vm_id: str) -> List[Dict[str, Any]]:

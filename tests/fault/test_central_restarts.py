@@ -124,7 +124,15 @@ def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tm
                  and all(r.get("Status") == "Completed" for r in table_rows(storage, "Events"))
                  and len(table_rows(storage, "Events")) == len(fleet.vms),
                  timeout=120, what="every incarnation recorded and every event Completed")
-        settle(lambda: len(webhook_alerts(webhook)), 3 * len(fleet.vms))
+        # every alert is owed in the State table until delivered: those a kill interrupted go out once
+        # their lease (60 s) is over, from the running instance's timer
+        expected_keys = {f"{fleet.events[vm.name]}:{s}" for vm in fleet.vms for s in STATUSES}
+        wait_for(lambda: expected_keys <= {a.get("key") for a in webhook_alerts(webhook)}, timeout=150,
+                 what="every alert delivered (at least once)")
+        # ...and each has its Alerts row: one a kill cut off between its POST and its row is owed still,
+        # and delivered again (same key) with its row once the lease is over
+        wait_for(lambda: expected_keys <= {r.get("Key") for r in table_rows(storage, "Alerts")}, timeout=150,
+                 what="every alert's Alerts row")
         time.sleep(3)  # a late duplicate would show up now (two timer rounds)
         rows = table_rows(storage, "Incarnations")
         alerts = webhook_alerts(webhook)
@@ -147,18 +155,20 @@ def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tm
         mine = [m for m in queues[vm.name] if m["eventId"] == event_id]
         assert len(mine) <= 1, f"{vm.name}: {len(mine)} approval messages for {event_id}"
         lost += not mine
-    # Known gap (reported): a kill between an approval's claim row and its queue send loses that attempt
-    # (the restarted instance finds the claim and tracks it as "sent elsewhere"); the result timeout
-    # then fails over. One kill can lose at most the one send in flight.
+    # A kill between an attempt's commit and its queue send: any timer sends the very message once the
+    # attempt is CLAIM_SEND_GRACE old (tests/fault/test_regressions.py); this run may end before that.
     assert lost <= size["kills"], f"{lost} approvals lost in {size['kills']} kills"
     keys = Counter(a["key"] for a in alerts if a.get("kind") == "event-status")
     expected = {f"{fleet.events[vm.name]}:{s}" for vm in fleet.vms for s in STATUSES}
     assert set(keys) <= expected, f"unexpected alerts {sorted(set(keys) - expected)[:5]}"
-    assert [k for k, c in keys.items() if c > 1] == [], "an alert sent twice"
-    # Known gap (central documents it): a kill after a call's alerts are claimed and before they are
-    # POSTed loses them (their retry lived in memory). Counted, never duplicated.
+    # At least once: a kill after a call's POSTs and before their settle commit repeats those POSTs (same
+    # key, which receivers drop) once the lease is over: at most the alerts of the call in flight.
+    repeats = sum(c - 1 for c in keys.values())
+    assert repeats <= size["kills"] * len(fleet.vms), f"{repeats} alerts repeated in {size['kills']} kills"
+    # Alerts are owed in the State table until delivered: one whose POST a kill interrupted is delivered
+    # by a timer once its lease (60 s) is over; this run may end before that.
     alerts_lost = len(expected - set(keys))
-    assert alerts_lost < len(expected) // 2, f"{alerts_lost} of {len(expected)} alerts lost"
+    assert alerts_lost == 0, f"{alerts_lost} of {len(expected)} alerts lost"
     row_keys = Counter(r["Key"] for r in alert_rows if r["Key"] in expected)
     assert [k for k, c in row_keys.items() if c > 1] == [], "an Alerts row twice"
     # A kill after the webhook POST but before the call's table flush: the replay finds the alert claimed
@@ -167,4 +177,4 @@ def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tm
     assert unrecorded == 0, f"{unrecorded} alerts have no Alerts row"
     print(f"published={published} kills={size['kills']} mid-batch={mid_batch} restarts={restarts} "
           f"rows={len(rows)} alerts={len(alerts)} alert rows missing={unrecorded} "
-          f"alerts lost={alerts_lost} approvals lost={lost}")
+          f"alerts lost={alerts_lost} repeated={repeats} approvals lost={lost}")

@@ -1,0 +1,230 @@
+"""Deciding, committed: run the pure `decide` over events and commit what it says under the store's
+concurrency control. A pass reads the head-validated fleet state, decides each event in order of
+first sight (later events see earlier approvals in the budget counts), and commits every new decision
+with the head's If-Match: if any event changed meanwhile the whole pass is re-read and decided again,
+so two instances racing on one event end with exactly one outcome. Approval attempts are committed
+(unsent) before anything is sent: the commit is what makes attempt N this instance's to send.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+
+from . import logrows
+from .alerts import Alert
+from .approvals import build_message, queue_name
+from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record
+from .ingest import ALERT_LEASE
+from .policy import Policy
+from .registry import Approval, EventRecord
+from .results import BatchResult, Decision
+from .state import Changes, FleetState
+from .store import Conflict, StoreError, TableLog
+from .vms import VmState
+
+log = logging.getLogger(__name__)
+
+MAX_TRIES = 8
+EVENTS_PER_COMMIT = 45  # an event is at most 2 operations; plus the head
+
+
+class LazyVms(Mapping):
+    """The VMs by name, read from the store the first time a decision looks (a pass that decides
+    nothing needing VMs reads none)."""
+
+    def __init__(
+        self, names: Callable[[], Set[str]], read: Callable[[Iterable[str]], Dict[str, VmState]]
+    ) -> None:
+        self._names = names
+        self._read = read
+        self._vms: Optional[Dict[str, VmState]] = None
+
+    def _load(self) -> Dict[str, VmState]:
+        if self._vms is None:
+            self._vms = self._read(self._names())
+        return self._vms
+
+    def __getitem__(self, name: str) -> VmState:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+@dataclass
+class ToSend:
+    event_id: str
+    attempt: int
+
+
+class Evaluator:
+    def __init__(self, state: FleetState, logs: TableLog, policy: Policy, config: DecideConfig) -> None:
+        self.state = state
+        self.logs = logs
+        self.policy = policy
+        self.config = config
+        self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
+
+    def view(self, now: datetime, candidates: List[EventRecord]) -> FleetView:
+        open_events = [rec for rec, _ in self.state.active.values() if not rec.ended]
+
+        def names() -> Set[str]:
+            wanted: Set[str] = set()
+            for rec in candidates:
+                wanted.update(rec.resources)
+            for rec in open_events:
+                if impacting(rec, now):
+                    wanted.update(rec.resources)
+            return wanted
+
+        return FleetView(LazyVms(names, self.state.vms_by_name), open_events)
+
+    def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
+        """Decide the given events (None: every active event) and commit. Returns the attempts this
+        instance now owns and must send."""
+        wanted = None if event_ids is None else set(event_ids)
+        for _ in range(MAX_TRIES):
+            candidates = sorted(
+                (
+                    rec
+                    for rec, _ in self.state.active.values()
+                    if not rec.ended and (wanted is None or rec.event_id in wanted)
+                ),
+                key=lambda r: (r.first_seen, r.event_id),
+            )
+            if not candidates:
+                return []
+            fleet = self.view(now, candidates)
+            changed: List[Tuple[EventRecord, Optional[dict]]] = []
+            sends: List[ToSend] = []
+            owed: Set[str] = set()
+            for rec in candidates:
+                mine = copy.deepcopy(rec)
+                verdict = decide(mine, fleet, self.policy, now, self.config)
+                decision = apply(mine, verdict, now, owed)
+                if decision is not None or verdict.timed_out:
+                    changed.append((mine, decision))
+                if verdict.kind == "send" and decision is not None:
+                    fleet.mark_impacting(mine)
+                    sends.append(ToSend(mine.event_id, len(mine.approvals)))
+            try:
+                self._commit(changed, now)
+            except Conflict as exc:
+                result.conflicts += 1
+                log.info("deciding lost a race (%s): re-reading and deciding again", exc)
+                self.state.refresh()
+                continue
+            self.owed |= owed
+            for rec, decision in changed:
+                if decision is not None:
+                    self.logs.stage(
+                        "Decisions",
+                        logrows.decision_entity(
+                            rec.event_id, rec.event_type, rec.decision_seq, decision, now
+                        ),
+                    )
+                    result.decisions.append(to_result(rec.event_id, decision, now))
+            return sends
+        raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
+
+    def _commit(self, changed: List[Tuple[EventRecord, Optional[dict]]], now: datetime) -> None:
+        for i in range(0, len(changed), EVENTS_PER_COMMIT):
+            chunk = changed[i : i + EVENTS_PER_COMMIT]
+            self.state.commit(Changes(events={rec.event_id: rec for rec, _ in chunk}), now)
+
+
+def apply(
+    rec: EventRecord, verdict: Verdict, now: datetime, owed: Optional[Set[str]] = None
+) -> Optional[dict]:
+    """Apply a verdict to a working copy: the decision taken (None when nothing new). Keys of the
+    alerts it makes the event owe are added to `owed`."""
+    out = rec.outstanding  # a property: None as soon as its result is set
+    if verdict.timed_out and out is not None:
+        out.result, out.result_at = "timeout", now
+    if not is_new(rec, verdict):
+        return None
+    message_id = None
+    if verdict.kind == "send" and verdict.send is not None:
+        send = verdict.send
+        leader = send.leader
+        incarnation = leader.incarnation if leader.incarnation is not None else -1
+        message = build_message(
+            rec.event_id,
+            leader.vm_id,
+            leader.name,
+            send.message_action,
+            verdict.decided_by,
+            verdict.reason,
+            incarnation,
+            now,
+            send.expires_at,
+        )
+        message_id = message["messageId"]
+        rec.approvals.append(
+            Approval(
+                send.attempt,
+                message_id,
+                leader.vm_id,
+                leader.name,
+                queue_name(leader.vm_id),
+                send.message_action,
+                verdict.decided_by,
+                now,
+                send.expires_at,
+                sent=False,
+                message=message,
+            )
+        )
+    decision = record(rec, verdict, now, message_id)
+    if verdict.decided_by.startswith("operator:") and verdict.action == "operator-hold":
+        rec.operator_hold = True
+    if verdict.alert == "no-leader":
+        if owed is not None:
+            owed.add(f"{rec.event_id}:no-leader")
+        owe(
+            rec,
+            Alert(
+                f"{rec.event_id}:no-leader",
+                "no-leader",
+                "critical",
+                f"{rec.event_type} {rec.event_id}: no live VM can approve it",
+                "No VM in Resources has a live forwarder; the event starts at NotBefore.",
+                now,
+                rec.event_id,
+                rec.status,
+                next_try=now + ALERT_LEASE,
+            ),
+        )
+    return decision
+
+
+def owe(rec: EventRecord, alert: Alert) -> None:
+    if not any(a.get("key") == alert.key for a in rec.pending_alerts):
+        rec.pending_alerts.append(alert.to_json())
+
+
+def to_result(event_id: str, d: dict, now: datetime) -> Decision:
+    from .timeutil import parse
+
+    return Decision(
+        event_id,
+        d["action"],
+        d["state"],
+        d["rule"],
+        d["reason"],
+        d["severity"],
+        d["decidedBy"],
+        now,
+        d.get("leaderVmId"),
+        d.get("leaderVmName"),
+        d.get("messageId"),
+        parse(d.get("expiresAt")) if d.get("expiresAt") else None,
+    )

@@ -1,0 +1,236 @@
+"""Issue 10's properties, one test each, with three or more central instances on one Azurite: each VM's
+envelopes reach one instance (its partition's owner), timer and HTTP calls land on others."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+
+from central.alerts import idempotency_key
+from central.results import BatchResult
+
+from ..central.conftest import Env, Hook
+from ..central.factory import T0, Vm, body, event
+
+BUDGET = {
+    "version": 1,
+    "budgets": {"per-scale-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
+    "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}],
+}
+WINDOW = {
+    "version": 1,
+    "windows": {"evening": {"timeZone": "UTC", "start": "18:00", "end": "20:00"}},
+    "rules": [
+        {
+            "name": "in-window",
+            "match": {"eventTypes": ["Redeploy"]},
+            "action": "approve-in-window",
+            "window": "evening",
+        }
+    ],
+}
+
+
+def sent(env: Env, *vms: Vm) -> int:
+    return sum(len(env.messages(vm.vm_id)) for vm in vms)
+
+
+def test_a_budget_counts_the_events_of_the_whole_fleet(env: Env, hook: Hook, fleet_of) -> None:
+    """Two VMs of one scale set on two instances, budget 1: never both approved at once."""
+    inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
+    a, b = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
+    ea, eb = event("E-ba", ["web_0"]), event("E-bb", ["web_1"])
+    inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([ea]))], now=T0)
+    inst[1].handle_batch([body(b.heartbeat()), body(b.incarnation_env([eb]))], now=T0)
+    assert sent(env, a, b) == 1 and len(env.messages(a.vm_id)) == 1
+    states = {p["eventId"]: p["state"] for p in inst[2].pending()}
+    assert states == {"E-ba": "approving", "E-bb": "waiting-budget"}
+    inst[2].reevaluate(now=T0 + timedelta(seconds=5))  # a third instance's timer: still one
+    assert sent(env, a, b) == 1
+    # web_0's event ends (reported to its own instance): the budget frees for the timer on another one
+    later = T0 + timedelta(seconds=30)
+    inst[0].handle_batch([body(a.heartbeat(at=later)), body(a.incarnation_env([], at=later))], now=later)
+    inst[1].handle_batch([body(b.heartbeat(at=later))], now=later)
+    decisions = inst[2].reevaluate(now=later + timedelta(seconds=1))
+    assert [(d.event_id, d.state) for d in decisions] == [("E-bb", "approving")]
+    assert len(env.messages(b.vm_id)) == 1
+
+
+def test_an_operator_hold_on_any_instance_binds_the_instance_owning_the_vm(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    inst = fleet_of(3, POLICY_JSON=json.dumps(WINDOW))
+    a = Vm("vm-a")
+    nb = T0 + timedelta(hours=8)
+    inst[0].handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-h", ["vm-a"], "Redeploy", not_before=nb)]))],
+        now=T0,
+    )
+    assert inst[0].pending()[0]["state"] == "waiting-window"
+    view = inst[2].decide("E-h", "hold", "alice", "change freeze")  # an instance that never saw it
+    assert view["operatorHold"] is True
+    opens = T0.replace(hour=18, minute=0)
+    for i, instance in enumerate(inst.all):  # every instance's timer, the window open
+        instance.handle_batch([body(a.heartbeat(at=opens))], now=opens) if i == 0 else None
+        assert instance.reevaluate(now=opens + timedelta(seconds=i)) == []
+    assert env.messages(a.vm_id) == []
+    assert all(i.pending()[0]["state"] == "held" for i in inst.all)
+
+
+def test_operator_routes_answer_from_the_shared_state_on_an_instance_without_envelopes(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    inst = fleet_of(
+        3, POLICY_JSON=json.dumps({"version": 1, "rules": [{"name": "manual", "action": "hold"}]})
+    )
+    a, b = Vm("vm-a"), Vm("vm-b")
+    inst[0].handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-op", ["vm-a", "vm-b"])]))], now=T0
+    )
+    inst[1].handle_batch(
+        [body(b.heartbeat()), body(b.incarnation_env([event("E-op", ["vm-a", "vm-b"])]))], now=T0
+    )
+    fresh = inst[2]
+    (view,) = fresh.pending()
+    assert view["eventId"] == "E-op" and sorted(view["reportedBy"]) == ["vm-a", "vm-b"]
+    health = fresh.health()
+    assert health["knownVms"] == 2 and health["openEvents"] == 1 and health["status"] == "ok"
+    approved = fresh.decide("E-op", "approve", "bob", "agreed", now=T0 + timedelta(seconds=2))
+    assert approved["leader"]["vmName"] == "vm-a" and len(env.messages(a.vm_id)) == 1
+    assert inst[0].pending()[0]["state"] == "approving"  # the owner sees it at once
+    assert fresh.event("E-op")["approvals"][0]["decidedBy"] == "operator:bob"
+
+
+def test_a_vm_seen_alive_by_any_instance_is_alive_for_all(env: Env, hook: Hook, fleet_of) -> None:
+    """vm-a (first in Resources) heartbeats to instance 0 only; the event reaches instance 1 from vm-b:
+    instance 1 elects vm-a, live by what instance 0 saw."""
+    inst = fleet_of(3)
+    a, b = Vm("vm-a"), Vm("vm-b")
+    inst[0].handle_batch([body(a.heartbeat())], now=T0)
+    ev = event("E-live", ["vm-a", "vm-b"])
+    inst[1].handle_batch([body(b.heartbeat()), body(b.incarnation_env([ev]))], now=T0 + timedelta(seconds=1))
+    assert len(env.messages(a.vm_id)) == 1 and env.messages(b.vm_id) == []
+    assert inst[2].pending()[0]["leader"]["vmName"] == "vm-a"
+
+
+def test_failover_and_expiry_run_on_the_shared_state_anywhere(env: Env, hook: Hook, fleet_of) -> None:
+    inst = fleet_of(3, APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-fo", ["vm-a", "vm-b"], not_before=T0 + timedelta(minutes=10))
+    inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev]))], now=T0)
+    inst[1].handle_batch([body(b.heartbeat()), body(b.incarnation_env([ev]))], now=T0)
+    assert len(env.messages(a.vm_id)) == 1
+    later = T0 + timedelta(seconds=61)
+    inst[1].handle_batch([body(b.heartbeat(at=later))], now=later)
+    decisions = inst[2].reevaluate(now=later)  # an instance that never saw the event
+    assert [(d.action, d.leader_vm_name) for d in decisions] == [("failover", "vm-b")]
+    assert inst[0].reevaluate(now=later + timedelta(seconds=1)) == []  # no second failover elsewhere
+    assert len(env.messages(b.vm_id)) == 1
+    expired = inst[1].reevaluate(now=T0 + timedelta(minutes=11))
+    assert [d.state for d in expired] == ["expired"]
+    assert inst[2].reevaluate(now=T0 + timedelta(minutes=12)) == []
+
+
+def test_instances_racing_on_one_decision_end_with_one_outcome(env: Env, hook: Hook, fleet_of) -> None:
+    inst = fleet_of(4, POLICY_JSON=json.dumps(WINDOW))
+    a = Vm("vm-a")
+    inst[0].handle_batch(
+        [
+            body(a.heartbeat()),
+            body(
+                a.incarnation_env([event("E-race", ["vm-a"], "Redeploy", not_before=T0 + timedelta(hours=8))])
+            ),
+        ],
+        now=T0,
+    )
+    opens = T0.replace(hour=18, minute=0)
+    inst[0].handle_batch([body(a.heartbeat(at=opens))], now=opens)
+    results: list = []
+    start = threading.Barrier(len(inst.all))
+
+    def timer(i: int) -> None:
+        start.wait()
+        results.append(inst[i].reevaluate(now=opens + timedelta(seconds=1)))
+
+    threads = [threading.Thread(target=timer, args=(i,)) for i in range(len(inst.all))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(len(r) for r in results) == [0, 0, 0, 1]  # exactly one instance decided
+    assert len(env.messages(a.vm_id)) == 1
+    assert len(inst[3].pending()[0]["approvals"]) == 1
+
+
+class Crash(BaseException):
+    """SIGKILL inside one process: nothing in central catches a BaseException."""
+
+
+def test_an_alert_is_never_lost_to_a_crash_between_its_commit_and_its_post(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    inst = fleet_of(3)
+    a = Vm("vm-a")
+
+    def die(alert):
+        raise Crash
+
+    inst[0].actor.alerter.send = die
+    with pytest.raises(Crash):
+        inst[0].handle_batch(
+            [body(a.heartbeat()), body(a.incarnation_env([event("E-crash", ["vm-a"])]))], now=T0
+        )
+    assert hook.alerts() == []
+    assert inst[1].reevaluate(now=T0 + timedelta(seconds=30)) == [] and hook.alerts() == []  # leased
+    inst[2].reevaluate(now=T0 + timedelta(seconds=61))  # the lease is over: any instance delivers it
+    (entry,) = hook.entries()
+    assert entry["body"]["key"] == "E-crash:Scheduled"
+    assert (
+        entry["idempotencyKey"] == entry["body"]["idempotencyKey"] == idempotency_key_of("E-crash:Scheduled")
+    )
+    inst[1].reevaluate(now=T0 + timedelta(seconds=200))
+    assert len(hook.entries()) == 1
+
+
+def idempotency_key_of(key: str) -> str:
+    from central.alerts import Alert
+
+    return idempotency_key(Alert(key, "event-status", "", "", "", T0))
+
+
+def test_alerts_waiting_for_a_retry_survive_a_restart(env: Env, hook: Hook, fleet_of) -> None:
+    hook.fail_next(3)
+    first = fleet_of(1, ALERT_MAX_ATTEMPTS="3")[0]
+    a = Vm("vm-a")
+    result: BatchResult = first.handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([event("E-keep", ["vm-a"])]))], now=T0
+    )
+    assert result.alerts_failed == 1 and hook.alerts() == []
+    del first  # the instance goes away with whatever it had in memory
+    replacement = env.service(ALERT_MAX_ATTEMPTS="3")
+    replacement.reevaluate(now=T0 + timedelta(seconds=30))
+    assert [x["key"] for x in hook.alerts()] == ["E-keep:Scheduled"]
+    rows = {r["Key"]: r for r in env.rows("Alerts")}
+    assert rows["E-keep:Scheduled"]["Sent"] is True and rows["E-keep:Scheduled"]["Rounds"] == 2
+
+
+def test_a_late_report_about_an_event_that_ended_long_ago_is_recognised(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    inst = fleet_of(3)
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-late", ["vm-a", "vm-b"], source="User")
+    inst[0].handle_batch(
+        [body(a.heartbeat()), body(a.incarnation_env([ev])), body(a.incarnation_env([]))], now=T0
+    )
+    assert inst[0].pending() == [] and env.rows("Events")[0]["Status"] == "Cancelled"
+    alerts_before = len(hook.alerts())
+    three_days = T0 + timedelta(days=3)
+    # vm-b's copy arrives three days later at another (fresh) instance
+    late = inst[1].handle_batch([body(b.incarnation_env([ev], at=T0))], now=three_days)
+    assert late.late == 1 and late.decisions == [] and late.approvals_sent == 0
+    assert inst[2].pending() == [] and len(hook.alerts()) == alerts_before
+    assert inst[2].event("E-late")["status"] == "Cancelled"

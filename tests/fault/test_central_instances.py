@@ -1,0 +1,173 @@
+"""Central as three Functions runner processes (the real function_app.py) sharing one sandbox hub with 8
+partitions: the real EventHubConsumerClient with BlobCheckpointStore spreads the partitions over them. A
+simulated fleet in scale sets under a budget of one VM per scale set walks its Reboots through; one
+runner is SIGKILLed while a batch executes, its partitions move to the others. Afterwards: nothing
+lost (every incarnation recorded, every event Completed, every Scheduled alert delivered), nothing
+approved twice, never two VMs of one scale set approved at once."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+from sandbox import processes
+from tests.central.factory import Vm, event
+
+from .central_rig import (
+    HUB,
+    approval_messages,
+    publish,
+    runner_dir,
+    runner_settings,
+    start_central,
+    table_rows,
+    wait_for,
+    webhook_alerts,
+)
+from .test_central_restarts import kill_mid_batch
+
+FORMS = {"short": {"vms": 9, "sets": 3}, "full": {"vms": 30, "sets": 5}}
+POLICY = {
+    "version": 1,
+    "budgets": {"one-per-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
+    "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}],
+}
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=pytest.mark.slow)])
+def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_path: Path) -> None:
+    size = FORMS[form]
+    rng = random.Random(5)  # noqa: S311 - reproducible kill timing
+    azurite = processes.start_azurite(log_dir=tmp_path)
+    hub = processes.start_eventhubs([f"{HUB}=8"], log_dir=tmp_path)
+    webhook = processes.start_webhook_receiver(log_dir=tmp_path)
+    storage = azurite.extra["connection_string"]
+    conn = processes.eventhubs_connection_string(hub.port, HUB)
+    vms = [
+        Vm(f"s{i % size['sets']}-vm{i:02d}", scale_set=f"set{i % size['sets']}") for i in range(size["vms"])
+    ]
+    events = {vm.name: f"E-{i:03d}-{vm.name}" for i, vm in enumerate(vms)}
+    runners: List[processes.Server] = []
+    approved_at: Dict[str, float] = {}
+    overruns: List[str] = []
+    killed = mid_batch = False
+    try:
+        for n in range(3):
+            files = runner_dir(tmp_path, n)
+            runner_settings(
+                files,
+                storage,
+                hub.port,
+                "central",
+                f"http://127.0.0.1:{webhook.port}/hook",
+                extra={"POLICY_JSON": json.dumps(POLICY), "LEADER_LIVENESS_SECONDS": "600"},
+            )
+            runners.append(start_central(files))
+        nb = now() + timedelta(hours=2)
+        publish(
+            conn,
+            [
+                e
+                for vm in vms
+                for e in (
+                    vm.heartbeat(at=now()),
+                    vm.incarnation_env([event(events[vm.name], [vm.name], not_before=nb)], at=now()),
+                )
+            ],
+        )
+        started: Set[str] = set()
+        gone: Set[str] = set()
+        deadline = time.monotonic() + (240 if form == "short" else 600)
+        while len(gone) < len(vms) and time.monotonic() < deadline:
+            if not killed and len(started) >= size["sets"]:
+                mid_batch = kill_mid_batch(runners[0], rng, timeout=20)  # mid-batch, or at the timeout
+                killed = True
+            rows = {r["EventId"]: r for r in table_rows(storage, "Events")}
+            out: List[dict] = []
+            for vm in vms:
+                eid = events[vm.name]
+                if (
+                    vm.name in started
+                    and vm.name not in gone
+                    and rows.get(eid, {}).get("Status") == "Started"
+                ):
+                    out += [vm.heartbeat(at=now()), vm.incarnation_env([], at=now())]  # rebooted: gone
+                    gone.add(vm.name)
+                elif vm.name not in started and approval_messages(storage, vm.vm_id):
+                    busy = [
+                        u.name
+                        for u in vms
+                        if u.scale_set == vm.scale_set
+                        and u.name != vm.name
+                        and u.name in approved_at
+                        and rows.get(events[u.name], {}).get("Status") != "Completed"
+                    ]
+                    if busy:
+                        overruns.append(f"{vm.name} approved while {busy} not Completed")
+                    approved_at[vm.name] = time.monotonic()
+                    msg = approval_messages(storage, vm.vm_id)[0]
+                    out += [
+                        vm.result(eid, "approved", msg["messageId"], at=now()),
+                        vm.incarnation_env([event(eid, [vm.name], status="Started")], at=now()),
+                    ]
+                    started.add(vm.name)
+            if out:
+                publish(conn, out)
+            time.sleep(0.5)
+        wait_for(
+            lambda: (
+                all(r.get("Status") == "Completed" for r in table_rows(storage, "Events"))
+                and len(table_rows(storage, "Events")) == len(vms)
+            ),
+            timeout=90,
+            what="every event Completed",
+        )
+        wait_for(
+            lambda: (
+                {f"{e}:Scheduled" for e in events.values()} <= {a.get("key") for a in webhook_alerts(webhook)}
+            ),
+            timeout=120,
+            what="every Scheduled alert",
+        )
+        incarnations = table_rows(storage, "Incarnations")
+        rows = table_rows(storage, "Events")
+        queues = {vm.name: approval_messages(storage, vm.vm_id) for vm in vms}
+        alerts = webhook_alerts(webhook)
+        logs = [
+            r.log_path.read_text(errors="replace") if r.log_path and r.log_path.exists() else ""
+            for r in runners
+        ]
+    finally:
+        for r in runners:
+            if r.proc.poll() is None:
+                r.stop()
+        webhook.stop()
+        hub.stop()
+        azurite.stop()
+
+    assert killed and overruns == [], overruns
+    assert sum("ingest:" in text for text in logs) >= 2, "at least two runners processed batches"
+    assert len({(r["VmId"], r["Incarnation"]) for r in incarnations}) == 3 * len(vms), "an incarnation lost"
+    assert len(rows) == len(vms) and all(r["Status"] == "Completed" for r in rows)
+    for vm in vms:
+        mine = [m for m in queues[vm.name] if m["eventId"] == events[vm.name]]
+        assert len(mine) <= 1, f"{vm.name}: approved twice"
+    assert all(json.loads(r["Approvals"])[0]["sent"] for r in rows), "an attempt left unsent"
+    keys = Counter(a["key"] for a in alerts if a.get("kind") == "event-status")
+    for eid in events.values():
+        assert keys[f"{eid}:Scheduled"] >= 1 and keys[f"{eid}:Started"] >= 1, eid
+    print(
+        f"vms={len(vms)} runners=3 partitions=8 killed mid-batch={mid_batch} alerts={len(alerts)} "
+        f"repeats={sum(c - 1 for c in keys.values())}"
+    )
