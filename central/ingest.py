@@ -19,10 +19,10 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Dict, List, Optional, Set, Union
+from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 from . import envelopes as env_mod
-from . import limits, logrows
+from . import limits, logrows, metrics
 from .alerts import Alert
 from .envelopes import BadEnvelope, Envelope
 from .registry import EventRecord
@@ -62,7 +62,7 @@ class Plan:
     changes: Changes = field(default_factory=Changes)
     log_rows: List[tuple] = field(default_factory=list)  # (table, entity) staged after the commit
     touched: Set[str] = field(default_factory=set)  # events to decide about after the commit
-    markers: List[str] = field(default_factory=list)  # log lines emitted after the commit
+    markers: List[Tuple[int, str, tuple]] = field(default_factory=list)  # (level, format, args), after commit
     owed: Set[str] = field(default_factory=set)  # keys of the event alerts this plan makes owed
     counts: Dict[str, int] = field(default_factory=dict)
 
@@ -205,8 +205,8 @@ class Ingest:
                 self.raised.popitem(last=False)
         for table, entity in plan.log_rows:
             self.logs.stage(table, entity)
-        for line in plan.markers:
-            log.info("%s", line) if line.startswith("se.heartbeat") else log.warning("%s", line)
+        for level, fmt, args in plan.markers:
+            log.log(level, fmt, *args)
         for name, n in plan.counts.items():
             setattr(result, name, getattr(result, name) + n)
 
@@ -319,13 +319,18 @@ class Ingest:
         # alert (infra/app/alerts.bicep) reads it; throttled so a fleet does not flood the logs.
         if vm.heartbeat_logged is None or (now - vm.heartbeat_logged).total_seconds() >= HEARTBEAT_LOG_EVERY:
             vm.heartbeat_logged = now
-            plan.markers.append(f"se.heartbeat vmId={vm.vm_id} name={vm.name} backlog={vm.outbox_backlog}")
+            plan.markers.append(
+                (logging.INFO, metrics.HEARTBEAT_MARKER, (vm.vm_id, vm.name, vm.outbox_backlog))
+            )
         dropped = int(outbox.get("dropped", 0))
         if dropped > vm.outbox_dropped:
             # Marker for the Azure Monitor "outbox drops" log alert (infra/app/alerts.bicep).
             plan.markers.append(
-                f"se.outbox_dropped vmId={vm.vm_id} name={vm.name} dropped={dropped} "
-                f"previously={vm.outbox_dropped}"
+                (
+                    logging.WARNING,
+                    metrics.OUTBOX_DROPPED_MARKER,
+                    (vm.vm_id, vm.name, dropped, vm.outbox_dropped),
+                )
             )
             plan.changes.alerts.append(
                 Alert(
