@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -23,7 +24,7 @@ from . import logrows
 from .alerts import Alert, Delivery, WebhookAlerter
 from .approvals import ApprovalSender
 from .evaluator import ToSend
-from .registry import EventRecord
+from .registry import SEND_LEASE, SEND_MARGIN, EventRecord
 from .results import BatchResult
 from .state import Changes, FleetState
 from .store import Conflict, StoreError, TableLog
@@ -31,7 +32,7 @@ from .timeutil import iso
 
 log = logging.getLogger(__name__)
 
-CLAIM_SEND_GRACE = 30  # seconds an unsent attempt may be in flight at its instance before another sends it
+CLAIM_SEND_GRACE = int(SEND_LEASE.total_seconds())  # an unsent attempt's instance has this long to send it
 ALERT_ROUNDS = 5  # delivery rounds per alert (the first call + timer retries)
 ALERT_LEASE = timedelta(seconds=60)
 MAX_TRIES = 8
@@ -48,14 +49,22 @@ class Actor:
 
     # ---- approvals ------------------------------------------------------------------------------
     def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
-        """Send each committed attempt, then mark them sent in one commit (a send the queue refuses
-        removes its attempt: the next evaluation tries again)."""
+        """Send each committed attempt while its send lease holds, then mark them sent in one commit (a
+        send the queue refuses removes its attempt: the next evaluation tries again). The lease is
+        checked against the time elapsed since the call began: a slow queue cannot stretch it."""
         done: Dict[str, int] = {}
         failed: Dict[str, int] = {}
+        started = time.monotonic()
         for item in todo:
             rec = self._active(item.event_id)
             attempt = rec.approvals[item.attempt - 1] if rec and len(rec.approvals) >= item.attempt else None
-            if attempt is None or attempt.sent or attempt.message is None:
+            if attempt is None:
+                continue
+            at = now + timedelta(seconds=time.monotonic() - started)
+            if not attempt.may_send(at):
+                if not attempt.sent and attempt.result is None:
+                    log.warning("approval %d of %s: its send lease lapsed before the send; the timer "
+                                "takes it over", item.attempt, item.event_id)
                 continue
             try:
                 self.sender.send(attempt.message, now, attempt.expires_at)
@@ -76,29 +85,23 @@ class Actor:
             )
 
     def resend_stale(self, now: datetime, result: BatchResult) -> None:
-        """Attempts committed but never marked sent (their instance died before the send)."""
+        """Attempts committed but never sent whose send lease lapsed (their instance died, or was too
+        slow): take a new lease (If-Match: one instance wins; a hold committed first revokes the attempt
+        instead), then send the very message and mark it sent."""
         for rec, _ in list(self.state.active.values()):
             out = rec.outstanding
-            if out is None or out.sent or out.message is None:
+            if out is None or out.sent or out.message is None or not out.revocable(now):
+                continue  # nothing to send, or a live lease: its holder is sending it
+            if rec.operator_hold:  # held since its commit: nobody sends it any more
+                self._update(rec.event_id, now, lambda r, n=out.attempt: _revoke(r, n, now))
                 continue
-            if (now - out.sent_at).total_seconds() < CLAIM_SEND_GRACE or out.expires_at <= now + timedelta(
-                seconds=1
-            ):
-                continue  # maybe still in flight at its instance; or too late to matter
-            try:
-                self.sender.send(out.message, now, out.expires_at)
-            except AzureError as exc:
-                log.error(
-                    "approval %d of %s (committed, unsent) not re-sent: %s", out.attempt, rec.event_id, exc
-                )
-                continue
-            log.warning(
-                "approval %d of %s was committed but never sent (a crash?); sent it now",
-                out.attempt,
-                rec.event_id,
-            )
-            result.approvals_sent += 1
-            self._update(rec.event_id, now, lambda r, n=out.attempt: _mark_sent(r, n))
+            if out.expires_at <= now + SEND_MARGIN:
+                continue  # too late to matter: it times out and the next evaluation fails over
+            if not self._update(rec.event_id, now, lambda r, n=out.attempt: _take_lease(r, n, now)):
+                continue  # revoked, sent or leased meanwhile
+            self.send_approvals([ToSend(rec.event_id, out.attempt)], now, result)
+            log.warning("approval %d of %s was committed but not sent by its instance (a crash?); "
+                        "re-sent under a new lease", out.attempt, rec.event_id)
 
     # ---- alerts ---------------------------------------------------------------------------------
     def deliver(
@@ -264,8 +267,30 @@ def _lease(rec: EventRecord, keys: List[str], now: datetime) -> bool:
 def _mark_sent(rec: EventRecord, attempt: int) -> bool:
     if len(rec.approvals) < attempt or rec.approvals[attempt - 1].sent:
         return False
+    if rec.approvals[attempt - 1].revoked:  # only if instance clocks disagree by more than SEND_MARGIN
+        log.error("approval %d of %s was sent after a hold revoked it (instance clocks out of step?)",
+                  attempt, rec.event_id)
     rec.approvals[attempt - 1].sent = True
     rec.approvals[attempt - 1].message = None
+    return True
+
+
+def _take_lease(rec: EventRecord, attempt: int, now: datetime) -> bool:
+    """This instance will send attempt `attempt`: only if it is still the unsent, unrevoked, unleased
+    outstanding attempt."""
+    out = rec.outstanding
+    if out is None or out.attempt != attempt or not out.revocable(now) or out.message is None:
+        return False
+    out.lease_until = now + SEND_LEASE
+    return True
+
+
+def _revoke(rec: EventRecord, attempt: int, now: datetime) -> bool:
+    """Take back an attempt nobody holds a lease to send (the event was held since)."""
+    out = rec.outstanding
+    if out is None or out.attempt != attempt or not out.revocable(now):
+        return False
+    out.revoked, out.message = True, None
     return True
 
 

@@ -24,6 +24,7 @@ from .vms import VmState
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
+OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def approval(
     timed_out: bool = False,
 ) -> Verdict:
     """Send the next attempt to the elected leader, or say why none can go."""
-    rule = by.split(":", 1)[-1]
+    rule = OPERATOR_RULE if by.startswith("operator:") else by.split(":", 1)[-1]
     out = event.outstanding
     leader = elect(
         event,
@@ -285,7 +286,7 @@ def approval(
             "record",
             action,
             "expired",
-            by,
+            rule,
             "too close to NotBefore to send an approval",
             "info",
             by,
@@ -331,16 +332,30 @@ def operator_approve(
     )
 
 
-def operator_hold(event: EventRecord, operator: str, reason: str) -> Verdict:
+def operator_hold(event: EventRecord, operator: str, reason: str, now: datetime) -> Verdict:
+    """An operator's hold. An attempt committed but never enqueued whose send lease has lapsed is
+    revoked with it (`evaluator.apply`); one being sent, or sent, cannot be recalled: the reason says so."""
     by = f"operator:{operator}"
     note = ""
     out = event.outstanding
-    if out is not None:
+    if out is not None and out.sent:
         note = (
             f"; an approval already sent to {out.vm_name} cannot be recalled "
             f"(it expires at {iso(out.expires_at)})"
         )
-    return Verdict("record", "operator-hold", "held", by, reason + note, "warning", by)
+    elif out is not None and not out.revocable(now):
+        note = (
+            f"; approval {out.attempt} to {out.vm_name}, committed {iso(out.sent_at)}, may still be sent by "
+            f"the instance sending it until {iso(out.lease_until)} and cannot be recalled; after that it is "
+            f"never sent again"
+        )
+    elif out is not None:
+        note = (
+            f"; approval {out.attempt} to {out.vm_name} was committed {iso(out.sent_at)} but its sending was "
+            f"never confirmed: it is revoked (never sent again), yet it may already be in the queue "
+            f"(it expires at {iso(out.expires_at)})"
+        )
+    return Verdict("record", "operator-hold", "held", OPERATOR_RULE, reason + note, "warning", by)
 
 
 def is_new(event: EventRecord, verdict: Verdict) -> bool:

@@ -21,7 +21,7 @@ from .approvals import build_message, queue_name
 from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record
 from .ingest import ALERT_LEASE
 from .policy import Policy
-from .registry import Approval, EventRecord
+from .registry import SEND_LEASE, Approval, EventRecord
 from .results import BatchResult, Decision
 from .state import Changes, FleetState
 from .store import Conflict, StoreError, TableLog
@@ -181,11 +181,14 @@ def apply(
                 send.expires_at,
                 sent=False,
                 message=message,
+                lease_until=now + SEND_LEASE,
             )
         )
     decision = record(rec, verdict, now, message_id)
     if verdict.decided_by.startswith("operator:") and verdict.action == "operator-hold":
         rec.operator_hold = True
+        if out is not None and out.revocable(now):  # committed, never enqueued, its sender gone
+            out.revoked, out.message = True, None
     if verdict.alert == "no-leader":
         if owed is not None:
             owed.add(f"{rec.event_id}:no-leader")

@@ -8,12 +8,16 @@ Completed if it was ever seen Started, else Cancelled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Dict, List, Optional
 
 from .timeutil import iso, parse
 
 RANK = {"Scheduled": 0, "Started": 1, "Completed": 2, "Cancelled": 2}
+# An unsent attempt may be enqueued only by the instance holding its send lease, and only while at least
+# SEND_MARGIN of it is left; a hold revokes an unsent attempt whose lease has lapsed (docs/central.md).
+SEND_LEASE = timedelta(seconds=30)
+SEND_MARGIN = timedelta(seconds=10)
 MAX_RESOURCES = 1000  # the union of every reporter's Resources (limits.MAX_RESOURCES_PER_EVENT each)
 
 
@@ -34,6 +38,30 @@ class Approval:
     result_at: Optional[datetime] = None
     sent: bool = True  # False between the attempt's commit and the queue send (crash-safe re-send)
     message: Optional[Dict[str, Any]] = None  # the message itself while unsent (re-sent as is)
+    lease_until: Optional[datetime] = None  # while unsent: whoever committed this lease may enqueue it
+    # never sent again (an operator held the event): it may still be in the VM's queue (its sender may
+    # have died between the send and recording it), so it stays outstanding until it expires
+    revoked: bool = False
+
+    def may_send(self, now: datetime) -> bool:
+        """The lease holder may enqueue the message now (unsent, not revoked, lease not about to end)."""
+        return (
+            not self.sent
+            and self.result is None
+            and not self.revoked
+            and self.message is not None
+            and self.lease_until is not None
+            and now < self.lease_until - SEND_MARGIN
+        )
+
+    def revocable(self, now: datetime) -> bool:
+        """Unsent and nobody holds a lease to send it: a hold can take it back."""
+        return (
+            not self.sent
+            and self.result is None
+            and not self.revoked
+            and (self.lease_until is None or now >= self.lease_until)
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -50,6 +78,8 @@ class Approval:
             "resultAt": iso(self.result_at) if self.result_at else None,
             "sent": self.sent,
             **({"message": self.message} if self.message is not None and not self.sent else {}),
+            **({"leaseUntil": iso(self.lease_until)} if self.lease_until and not self.sent else {}),
+            **({"revoked": True} if self.revoked else {}),
         }
 
     @classmethod
@@ -68,6 +98,8 @@ class Approval:
             parse(d.get("resultAt")),
             bool(d.get("sent", True)),
             d.get("message"),
+            parse(d.get("leaseUntil")),
+            bool(d.get("revoked", False)),
         )
 
 

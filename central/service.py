@@ -118,6 +118,8 @@ class CentralService:
             now = aware(now)
             result = BatchResult(received=len(bodies))
             items: List[Item] = []
+            keys: List[str] = []  # remembered only once the batch is committed: a retried batch is whole
+            batch_keys: set = set()
             for i, body in enumerate(bodies):
                 received = _received(enqueued_times, i, now)
                 try:
@@ -129,12 +131,16 @@ class CentralService:
                 env = item.parsed
                 if hasattr(env, "type"):
                     key = f"{env.vm_id}|{env.id}"  # type: ignore[union-attr]
-                    if key in self._seen:
+                    if key in self._seen or key in batch_keys:
                         result.duplicates += 1
                         continue
-                    self._remember(key)
+                    batch_keys.add(key)
+                    keys.append(key)
                 items.append(item)
-            return self._run(now, result, lambda: self.ingest.apply(items, now, result))
+            done = self._run(now, result, lambda: self.ingest.apply(items, now, result))
+            for key in keys:
+                self._remember(key)
+            return done
 
     def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
         """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing, approvals
@@ -179,7 +185,7 @@ class CentralService:
                     raise UnknownEvent(f"no event {event_id!r} is known to central")
                 mine = copy.deepcopy(rec)
                 if action == "hold":
-                    verdict = operator_hold(mine, who, why)
+                    verdict = operator_hold(mine, who, why, now)
                     mine.hold_seq = self.state.head_seq + 1
                 else:
                     problem = unapprovable(mine, now)

@@ -234,3 +234,101 @@ def test_a_late_report_about_an_event_that_ended_long_ago_is_recognised(
     assert late.late == 1 and late.decisions == [] and late.approvals_sent == 0
     assert inst[2].pending() == [] and len(hook.alerts()) == alerts_before
     assert inst[2].event("E-late")["status"] == "Cancelled"
+
+
+def test_a_hold_revokes_an_approval_whose_instance_died_between_commit_and_send(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    """Instance 0 commits an approval attempt and dies before the queue send; an operator holds the event
+    on instance 1 while the attempt's send lease is live (the answer says it may still be sent, until
+    when); once the lease lapses, no instance sends it: the timer revokes it."""
+    inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
+    a = Vm("web_0", scale_set="web")
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    inst[0].actor.sender.send = die
+    with pytest.raises(Crash):
+        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rv", ["web_0"])]))],
+                             now=T0)
+    assert env.messages(a.vm_id) == []
+    held = inst[1].decide("E-rv", "hold", "alice", "change freeze", now=T0 + timedelta(seconds=5))
+    assert "may still be sent" in held["decision"]["reason"] and held["decision"]["rule"] == "operator"
+    assert held["decision"]["decidedBy"] == "operator:alice"
+    inst[2].reevaluate(now=T0 + timedelta(seconds=40))  # the lease has lapsed: revoked, not re-sent
+    inst[1].reevaluate(now=T0 + timedelta(seconds=400))
+    assert env.messages(a.vm_id) == []
+    (attempt,) = inst[2].event("E-rv")["approvals"]
+    assert attempt["revoked"] and not attempt["sent"] and attempt["result"] == "timeout"
+
+
+def test_a_hold_after_the_lease_lapsed_revokes_at_once_and_says_so(env: Env, hook: Hook, fleet_of) -> None:
+    inst = fleet_of(2, POLICY_JSON=json.dumps(BUDGET))
+    a = Vm("web_0", scale_set="web")
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    inst[0].actor.sender.send = die
+    with pytest.raises(Crash):
+        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rv2", ["web_0"])]))],
+                             now=T0)
+    held = inst[1].decide("E-rv2", "hold", "bob", "freeze", now=T0 + timedelta(seconds=31))
+    reason = held["decision"]["reason"]
+    assert "it is revoked (never sent again), yet it may already be in the queue" in reason
+    inst[1].reevaluate(now=T0 + timedelta(seconds=60))
+    assert env.messages(a.vm_id) == []
+
+
+def test_an_unheld_approval_whose_instance_died_is_sent_once_by_another(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
+    a = Vm("web_0", scale_set="web")
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    inst[0].actor.sender.send = die
+    with pytest.raises(Crash):
+        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rs", ["web_0"])]))],
+                             now=T0)
+    inst[1].reevaluate(now=T0 + timedelta(seconds=10))  # the lease is live: not yet
+    assert env.messages(a.vm_id) == []
+    threads = [threading.Thread(target=i.reevaluate, kwargs={"now": T0 + timedelta(seconds=35)})
+               for i in (inst[1], inst[2])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    (message,) = env.messages(a.vm_id)  # two timers raced for the new lease: one sent it
+    (attempt,) = inst[0].event("E-rs")["approvals"]
+    assert attempt["sent"] and attempt["messageId"] == message["messageId"]
+
+
+def test_a_batch_retried_after_a_store_failure_is_applied_whole(
+    env: Env, hook: Hook, fleet_of, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host retries a failed batch on the same instance: nothing of it may count as a duplicate."""
+    from central.store import StoreError
+
+    svc = fleet_of(1)[0]
+    a = Vm("vm-r")
+    real = svc.state.store.transact
+    calls = {"n": 0}
+
+    def fails_once(table, ops):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreError("Tables unreachable")
+        return real(table, ops)
+
+    monkeypatch.setattr(svc.state.store, "transact", fails_once)
+    batch = [body(a.heartbeat()), body(a.incarnation_env([event("E-retry", ["vm-r"])]))]
+    with pytest.raises(StoreError):
+        svc.handle_batch(batch, now=T0)
+    again = svc.handle_batch(batch, now=T0)
+    assert again.duplicates == 0 and again.processed == 2
+    assert [r["EventId"] for r in env.rows("Events")] == ["E-retry"]
+    assert svc.handle_batch(batch, now=T0).duplicates == 2  # once committed, a replay is a duplicate
