@@ -54,8 +54,13 @@ def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
     cardinality=func.Cardinality.MANY,
 )
 def ingest(events: List[func.EventHubEvent]) -> None:
-    result = central().handle_batch([event.get_body() for event in events],
-                                    enqueued_times=[event.enqueued_time for event in events])
+    from central.sender import properties_of
+
+    result = central().handle_batch(
+        [event.get_body() for event in events],
+        enqueued_times=[event.enqueued_time for event in events],
+        properties=properties_of(events[0].metadata if events else None, len(events)),
+    )
     log.info(
         "ingest: %d received, %d processed, %d duplicates, %d stale, %d quarantined, %d decisions",
         result.received,

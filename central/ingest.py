@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import envelopes as env_mod
 from . import limits, logrows, metrics
@@ -39,13 +39,14 @@ RAISED_LIMIT = 10_000
 HEARTBEAT_LOG_EVERY = 300  # seconds between two `se.heartbeat` log markers of one VM (see below)
 ALERT_LEASE = timedelta(seconds=60)  # the committing instance delivers first; others wait this long
 
-# The seam for sender authentication and per-VM authorization (issue 14, items 1-2): called with each
-# schema-valid envelope and the raw body before anything is applied; returns "" to accept or the reason
-# to quarantine it. central/authn.py will provide one; the default accepts every envelope.
-Gate = Callable[[Envelope, Union[bytes, str]], str]
+# The sender check (central.sender.SenderAuth.check): called with each schema-valid envelope's claimed
+# vmId, its raw body, its Event Hubs application properties and central's receive time before anything
+# is applied; returns "" to accept or the reason to quarantine it.
+Gate = Callable[[str, Union[bytes, str], Optional[Mapping[Any, Any]], datetime], str]
 
 
-def accept_all(envelope: Envelope, body: Union[bytes, str]) -> str:
+def accept_all(vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
+               received: datetime) -> str:
     return ""
 
 
@@ -70,15 +71,17 @@ class Plan:
         self.counts[name] = self.counts.get(name, 0) + 1
 
 
-def parse(body: Union[bytes, str], received: datetime, gate: Gate) -> Item:
-    """A body -> Envelope, or BadEnvelope (schema, store limits, or the gate refused it)."""
+def parse(
+    body: Union[bytes, str], received: datetime, gate: Gate, properties: Optional[Mapping[Any, Any]] = None
+) -> Item:
+    """A body -> Envelope, or BadEnvelope (schema, store limits, or the sender check refused it)."""
     item = env_mod.parse_body(body)
     if isinstance(item, Envelope):
         problems = limits.envelope_problems(item.type, item.data)
         problems += [
             {"path": "/", "message": m} for m in (limits.text_problem(env_mod._text(body), item.raw),) if m
         ]
-        reason = "" if problems else gate(item, body)
+        reason = "" if problems else gate(item.vm_id, body, properties, received)
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
         if problems:

@@ -26,7 +26,8 @@ from .decide import DecideConfig, FleetView, operator_approve, operator_hold, un
 from .evaluator import Evaluator, ToSend, apply, to_result
 from .ingest import ALERT_LEASE, Gate, Ingest, Item, accept_all, bad_from, parse
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
-from .settings import CentralSettings, CountingTransport, storage_clients
+from .sender import SenderAuth
+from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .state import Changes, FleetState
 from .store import Conflict, StoreError, TableLog
 from .timeutil import aware
@@ -45,12 +46,13 @@ class CentralService:
         sender: ApprovalSender,
         alerter: WebhookAlerter,
         transport: Optional[CountingTransport] = None,
-        gate: Gate = accept_all,
+        sender_auth: Optional[SenderAuth] = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.transport = transport
-        self.gate = gate
+        self.sender_auth = sender_auth or SenderAuth(None)
+        self.gate: Gate = self.sender_auth.check if self.sender_auth.enabled else accept_all
         try:
             self.policy = policy_mod.load(settings.policy_json)
             self.policy_error: Optional[policy_mod.PolicyError] = None
@@ -73,12 +75,14 @@ class CentralService:
         self._policy_alerted = False
 
     @classmethod
-    def from_settings(
-        cls, settings: Mapping[str, str], count_requests: bool = False, gate: Gate = accept_all
-    ) -> CentralService:
-        """Build from app settings (os.environ in Azure; see central/app_settings.json). `gate`: the
-        sender check every envelope passes before it is applied (issue 14's authentication plugs in here)."""
+    def from_settings(cls, settings: Mapping[str, str], count_requests: bool = False) -> CentralService:
+        """Build from app settings (os.environ in Azure; see central/app_settings.json). Raises
+        SettingsError (one actionable line) on a setting that cannot work."""
         typed = CentralSettings.from_mapping(settings)
+        try:
+            sender_auth = SenderAuth.from_settings(typed.authn_trust_pem, typed.authn_metadata_domains)
+        except ValueError as exc:  # authn.TrustConfigError
+            raise SettingsError(f"AUTHN_TRUST_PEM: {exc}") from None
         transport = CountingTransport() if count_requests else None
         tables, queues = storage_clients(settings, transport=transport)
         alerter = WebhookAlerter(
@@ -88,9 +92,8 @@ class CentralService:
             backoff=typed.alert_backoff,
             timeout=typed.alert_timeout,
         )
-        return cls(
-            typed, TableLog(tables, typed.table_prefix), ApprovalSender(queues), alerter, transport, gate
-        )
+        store = TableLog(tables, typed.table_prefix)
+        return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth)
 
     @property
     def sender(self) -> ApprovalSender:
@@ -110,9 +113,11 @@ class CentralService:
         bodies: Sequence[Union[bytes, str]],
         now: Optional[datetime] = None,
         enqueued_times: Optional[Sequence[Optional[datetime]]] = None,
+        properties: Optional[Sequence[Optional[Mapping[Any, Any]]]] = None,
     ) -> BatchResult:
         """Process one Event Hubs batch. Bad envelopes are quarantined; the rest go on. `enqueued_times`:
         when the hub took each body (central's clock for liveness and ordering; default: now).
+        `properties`: each event's application properties (the sender's authentication).
         Raises StoreError only when Table storage cannot be written (the batch may be retried whole)."""
         with self._lock:
             now = aware(now)
@@ -123,7 +128,8 @@ class CentralService:
             for i, body in enumerate(bodies):
                 received = _received(enqueued_times, i, now)
                 try:
-                    item = parse(body, received, self.gate)
+                    props = properties[i] if properties is not None and i < len(properties) else None
+                    item = parse(body, received, self.gate, props)
                 except Exception as exc:  # noqa: BLE001 - input never raises into the host: quarantine it
                     item = Item(
                         bad_from(body, [{"path": "/", "message": f"unusable: {exc}"[:300]}]), received
@@ -238,6 +244,7 @@ class CentralService:
                 self.counters,
                 self.store.staged_count,
                 self.transport.requests if self.transport else None,
+                self.sender_auth.status(),
             )
 
     # ---- one call --------------------------------------------------------------------------------

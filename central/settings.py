@@ -64,6 +64,8 @@ class CentralSettings:
     alert_attempts: int = 3  # ALERT_MAX_ATTEMPTS
     alert_backoff: float = 0.5  # ALERT_BACKOFF_SECONDS
     alert_timeout: float = 5.0  # ALERT_TIMEOUT_SECONDS
+    authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: empty = sender authentication off
+    authn_metadata_domains: str = "metadata.azure.com"  # AUTHN_METADATA_DOMAINS (comma-separated)
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
@@ -84,6 +86,8 @@ class CentralSettings:
             alert_attempts=max(1, int(_number(s, "ALERT_MAX_ATTEMPTS", 3))),
             alert_backoff=_number(s, "ALERT_BACKOFF_SECONDS", 0.5),
             alert_timeout=_number(s, "ALERT_TIMEOUT_SECONDS", 5.0),
+            authn_trust_pem=s.get("AUTHN_TRUST_PEM") or "",
+            authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "metadata.azure.com").strip(),
         )
 
 

@@ -43,6 +43,7 @@ def health(
     counters: Dict[str, int],
     staged: int,
     requests: Optional[int],
+    sender: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     storage = "ok"
     known = live = 0
@@ -68,4 +69,6 @@ def health(
         "stagedRows": staged,
         "counters": dict(counters),
         "storageRequests": requests,
+        # off: any holder of the hub's send right can speak for any VM (docs/security.md)
+        "senderAuthentication": sender or {"enabled": False},
     }
