@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from azure.core.exceptions import AzureError
 
 from . import logrows
-from .alerts import Alert, Delivery, WebhookAlerter
+from .alerts import ALERT_LEASE, Alert, Delivery, WebhookAlerter
 from .approvals import ApprovalSender
 from .evaluator import ToSend
 from .registry import SEND_LEASE, SEND_MARGIN, EventRecord
@@ -33,8 +33,20 @@ from .timeutil import iso
 log = logging.getLogger(__name__)
 
 CLAIM_SEND_GRACE = int(SEND_LEASE.total_seconds())  # an unsent attempt's instance has this long to send it
-ALERT_ROUNDS = 5  # delivery rounds per alert (the first call + timer retries)
-ALERT_LEASE = timedelta(seconds=60)
+ALERT_ROUNDS = 5  # delivery rounds of a non-critical alert (the first call + timer retries), then given up
+RETRY_CAP = timedelta(hours=1)  # a critical alert is never given up: retried with backoff up to this
+
+
+def given_up(alert: Alert, rounds_limit: int = ALERT_ROUNDS) -> bool:
+    """A critical alert is retried until delivered, however long the webhook is down; others stop."""
+    return alert.severity != "critical" and alert.rounds >= rounds_limit
+
+
+def next_try(alert: Alert, now: datetime) -> datetime:
+    """The next timer run for the first rounds, then exponential backoff (critical alerts only)."""
+    if alert.rounds < ALERT_ROUNDS:
+        return now
+    return now + min(RETRY_CAP, timedelta(seconds=60 * 2 ** min(alert.rounds - ALERT_ROUNDS, 10)))
 MAX_TRIES = 8
 
 
@@ -188,20 +200,20 @@ class Actor:
                 kept.append(raw)
                 continue
             delivery, alert = found
-            done = delivery.sent or not self.alerter.url or alert.rounds >= ALERT_ROUNDS
+            done = delivery.sent or not self.alerter.url or given_up(alert)
             if not done:
-                alert.next_try, alert.error = now, delivery.error  # the next timer run retries it
+                alert.next_try, alert.error = next_try(alert, now), delivery.error  # a timer run retries it
                 kept.append(alert.to_json())
         rec.pending_alerts = kept
         return True
 
     def _settle_row(self, alert: Alert, etag: Optional[str], delivery: Delivery, now: datetime) -> None:
-        done = delivery.sent or not self.alerter.url or alert.rounds >= ALERT_ROUNDS
+        done = delivery.sent or not self.alerter.url or given_up(alert)
         if done:
             if etag:
                 self.state.forget_alert_row(alert, etag)
             return
-        alert.next_try, alert.error = now, delivery.error
+        alert.next_try, alert.error = next_try(alert, now), delivery.error
         try:
             self.state.store.transact("State", [_row_op(alert, etag)])
         except Conflict:

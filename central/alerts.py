@@ -15,12 +15,14 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Optional
 
 import requests
 
 from .timeutil import iso, parse, utcnow
+
+ALERT_LEASE = timedelta(seconds=60)  # the committing instance delivers first; others wait this long
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,11 @@ from .timeutil import iso
 from .vms import VmState
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
+# A VM named in an event's Resources counts against its groups' budgets once it reported the event
+# itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
+# event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore
+# holds their budgets for at most this long (central.authz; docs/security.md).
+REPORT_GRACE = timedelta(seconds=120)
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
 OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
@@ -42,6 +47,7 @@ class FleetView:
 
     vms_by_name: Mapping[str, VmState]
     open_events: Sequence[EventRecord]
+    liveness: timedelta = timedelta(seconds=300)  # DecideConfig.liveness
     _groups: Dict[str, Dict[str, Dict[str, Set[str]]]] = field(
         default_factory=dict
     )  # budget->group->vm->events
@@ -57,19 +63,30 @@ class FleetView:
             found = self._groups[budget.name] = {}
             for other in self.open_events:
                 if impacting(other, now):
-                    self._add(found, budget, other)
+                    self._add(found, budget, other, now)
         return found
 
-    def _add(self, groups: Dict[str, Dict[str, Set[str]]], budget: Budget, event: EventRecord) -> None:
-        for vm in self.vms_of(event):
+    def impacted_vms(self, event: EventRecord, now: datetime) -> List[VmState]:
+        """The VMs of `event` that count against budgets now (see REPORT_GRACE)."""
+        if now - event.first_seen <= REPORT_GRACE:
+            return self.vms_of(event)
+        return [
+            vm for vm in self.vms_of(event)
+            if vm.vm_id in event.listed_by or vm.vm_id in event.reported_by.values()
+            or not vm.live(now, self.liveness)
+        ]
+
+    def _add(self, groups: Dict[str, Dict[str, Set[str]]], budget: Budget, event: EventRecord,
+             now: datetime) -> None:
+        for vm in self.impacted_vms(event, now):
             group = budget.group_of(vm)
             if group:
                 groups.setdefault(group, {}).setdefault(vm.vm_id, set()).add(event.event_id)
 
-    def mark_impacting(self, event: EventRecord) -> None:
+    def mark_impacting(self, event: EventRecord, now: datetime) -> None:
         """An event this pass just approved now counts against every budget already counted."""
         for name, groups in self._groups.items():
-            self._add(groups, self._budgets[name], event)
+            self._add(groups, self._budgets[name], event, now)
 
     def busy(self, budget: Budget, group: str, event_id: str, now: datetime) -> Set[str]:
         """VM ids of `group` impacted by events other than `event_id`."""

@@ -16,10 +16,9 @@ from datetime import datetime
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from . import logrows
-from .alerts import Alert
+from .alerts import ALERT_LEASE, Alert
 from .approvals import build_message, queue_name
 from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record
-from .ingest import ALERT_LEASE
 from .policy import Policy
 from .registry import SEND_LEASE, Approval, EventRecord
 from .results import BatchResult, Decision
@@ -85,7 +84,7 @@ class Evaluator:
                     wanted.update(rec.resources)
             return wanted
 
-        return FleetView(LazyVms(names, self.state.vms_by_name), open_events)
+        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness)
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this
@@ -113,7 +112,7 @@ class Evaluator:
                 if decision is not None or verdict.timed_out:
                     changed.append((mine, decision))
                 if verdict.kind == "send" and decision is not None:
-                    fleet.mark_impacting(mine)
+                    fleet.mark_impacting(mine, now)
                     sends.append(ToSend(mine.event_id, len(mine.approvals)))
             try:
                 self._commit(changed, now)

@@ -15,16 +15,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
+from . import authz, ingest_alerts, limits, logrows, metrics
 from . import envelopes as env_mod
-from . import limits, logrows, metrics
 from .alerts import Alert
 from .envelopes import BadEnvelope, Envelope
+from .ingest_alerts import owe_status_alert
 from .registry import EventRecord
 from .results import BatchResult
 from .state import Changes, FleetState
@@ -37,7 +39,6 @@ SEGMENT_OPS = 100  # operations per State transaction (the service's limit)
 MAX_TRIES = 8  # plans per segment before a lost race counts as a (transient) store error
 RAISED_LIMIT = 10_000
 HEARTBEAT_LOG_EVERY = 300  # seconds between two `se.heartbeat` log markers of one VM (see below)
-ALERT_LEASE = timedelta(seconds=60)  # the committing instance delivers first; others wait this long
 
 # The sender check (central.sender.SenderAuth.check): called with each schema-valid envelope's claimed
 # vmId, its raw body, its Event Hubs application properties and central's receive time before anything
@@ -65,6 +66,7 @@ class Plan:
     touched: Set[str] = field(default_factory=set)  # events to decide about after the commit
     markers: List[Tuple[int, str, tuple]] = field(default_factory=list)  # (level, format, args), after commit
     owed: Set[str] = field(default_factory=set)  # keys of the event alerts this plan makes owed
+    refusals: List[Dict[str, str]] = field(default_factory=list)  # the current envelope's, see _refuse
     counts: Dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str) -> None:
@@ -178,8 +180,6 @@ class Ingest:
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:
         """The store refuses this envelope's rows: quarantine it (kept whole, alerted) and go on."""
         body = item.parsed.raw if isinstance(item.parsed, Envelope) else None
-        import json
-
         text = json.dumps(body) if body is not None else getattr(item.parsed, "text", "")
         bad = bad_from(
             text,
@@ -231,6 +231,8 @@ class Ingest:
                 self._forwarder_quarantine(plan, env, now)
             elif env.type == env_mod.APPROVAL_RESULT:
                 self._approval_result(plan, env, now)
+            if plan.refusals:
+                self._refuse(plan, env, now)
         fresh: Dict[str, Alert] = {}
         for alert in plan.changes.alerts:  # one row per key (a transaction touches an entity once)
             if alert.key not in self.raised:
@@ -280,12 +282,21 @@ class Ingest:
             plan.count("stale")
             return
         listed: List[str] = []
-        for event in (env.data.get("document") or {}).get("Events") or []:
+        for i, event in enumerate((env.data.get("document") or {}).get("Events") or []):
             event_id = event["EventId"]
+            if not authz.names_reporter(event, vm.name):
+                continue  # a sibling's event (same availability set): the VMs it names report it
             rec, active = self._event(plan, event_id)
             if rec is not None and not active:
                 plan.count("late")  # ended before: recognised, never revived
                 log.info("late report of ended event %s (%s) from %s", event_id, rec.status, vm.name)
+                continue
+            conflicts = authz.fact_conflicts(rec, event) if rec is not None else []
+            if conflicts:
+                path = f"/data/document/Events/{i}"
+                plan.refusals += [{"path": path, "message": f"{event_id}: {c}"} for c in conflicts]
+                if event_id in vm.listed:
+                    listed.append(event_id)  # as before: a refused report neither adds nor removes
                 continue
             listed.append(event_id)
             if rec is None:
@@ -335,77 +346,44 @@ class Ingest:
                     (vm.vm_id, vm.name, dropped, vm.outbox_dropped),
                 )
             )
-            plan.changes.alerts.append(
-                Alert(
-                    f"outbox-dropped:{vm.vm_id}:{dropped}",
-                    "outbox-dropped",
-                    "critical",
-                    f"Forwarder on {vm.name} dropped envelopes",
-                    f"The bounded outbox on {vm.name} dropped {dropped - vm.outbox_dropped} envelope(s) "
-                    f"({dropped} since install): Event Hubs was unreachable for long. "
-                    "Incarnations may be missing.",
-                    now,
-                    facts={
-                        "vm": vm.name,
-                        "vmId": vm.vm_id,
-                        "dropped": dropped,
-                        "previously": vm.outbox_dropped,
-                        "lastError": outbox.get("lastError"),
-                    },
-                    next_try=now + ALERT_LEASE,
-                )
-            )
+            plan.changes.alerts.append(ingest_alerts.outbox_dropped(vm, dropped, outbox, now))
             vm.outbox_dropped = dropped
 
     def _quarantine(self, plan: Plan, bad: BadEnvelope, now: datetime) -> None:
         plan.count("quarantined")
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
-        first = bad.errors[0] if bad.errors else {"path": "/", "message": "?"}
-        plan.changes.alerts.append(
-            Alert(
-                f"quarantined:central:{bad.sha256[:32]}",
-                "quarantined",
-                "warning",
-                "Central quarantined an envelope it could not accept",
-                f"{first['path']}: {first['message']}",
-                now,
-                facts={
-                    "vmId": bad.vm_id,
-                    "envelopeId": bad.envelope_id,
-                    "sha256": bad.sha256,
-                    "errors": len(bad.errors),
-                },
-                next_try=now + ALERT_LEASE,
-            )
-        )
+        plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")
         entity = logrows.quarantine_forwarder(env, now)
         plan.log_rows.append(("Quarantine", entity))
-        errs = env.data.get("errors") or [{"path": "/", "message": "?"}]
-        plan.changes.alerts.append(
-            Alert(
-                f"quarantined:{env.vm_id}:{entity['Sha256'][:32]}",
-                "quarantined",
-                "warning",
-                f"IMDS on {env.vm_name} returned a document that fails the schema",
-                f"{errs[0]['path']}: {errs[0]['message']}",
-                now,
-                facts={"vm": env.vm_name, "vmId": env.vm_id, "errors": len(errs)},
-                next_try=now + ALERT_LEASE,
-            )
-        )
+        plan.changes.alerts.append(ingest_alerts.forwarder_quarantined(env, entity["Sha256"], now))
+
+    def _refuse(self, plan: Plan, env: Envelope, now: datetime) -> None:
+        """What this envelope said that its VM may not say: kept whole in Quarantine, alerted, never
+        applied (the rest of the envelope was)."""
+        problems, plan.refusals = plan.refusals[:20], []
+        bad = bad_from(json.dumps(env.raw), problems, env)
+        plan.count("refused")
+        plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
+        plan.changes.alerts.append(ingest_alerts.refused(env, problems, bad.sha256, now))
+        log.warning("refused from %s (%s): %s", env.vm_name, env.vm_id, problems[0]["message"])
 
     def _approval_result(self, plan: Plan, env: Envelope, now: datetime) -> None:
         from .outcomes import apply_result  # the result's effect on the event (shared with replay tools)
 
         d = env.data
-        plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
         rec, active = self._event(plan, d["eventId"])
         if rec is None or not active:
+            plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
             log.warning("approval result for unknown or ended event %s from %s", d["eventId"], env.vm_name)
             return
+        problem = authz.result_problem(rec, d, env.vm_id, env.vm_name)
+        if problem:
+            plan.refusals.append({"path": "/data", "message": problem})
+            return
+        plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
         decision = apply_result(rec, d, env.vm_name, now)
         if decision is not None:
             plan.owed.add(f"{rec.event_id}:approval-failed")
@@ -416,16 +394,3 @@ class Ingest:
                 )
             )
             plan.touched.add(rec.event_id)
-
-
-def owe_status_alert(rec: EventRecord, now: datetime) -> str:
-    """The event owes one alert for its new status (built at delivery, so it carries the decision)."""
-    key = f"{rec.event_id}:{rec.status}"
-    if any(a.get("key") == key for a in rec.pending_alerts):
-        return key
-    rec.pending_alerts.append(
-        Alert(
-            key, "event-status", "", "", "", now, rec.event_id, rec.status, next_try=now + ALERT_LEASE
-        ).to_json()
-    )
-    return key

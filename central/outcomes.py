@@ -3,26 +3,22 @@ ingest and a replay tool apply it the same way."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Dict, Optional
 
-from .alerts import Alert
+from .alerts import ALERT_LEASE, Alert
 from .decide import DONE_OUTCOMES, REFUSED_OUTCOMES, Verdict, record
 from .registry import Approval, EventRecord
-
-ALERT_LEASE = timedelta(seconds=60)
 
 
 def apply_result(rec: EventRecord, data: Dict[str, Any], vm_name: str, now: datetime) -> Optional[dict]:
     """Record the outcome on its attempt and the event; returns the decision taken (a refusal stops
     the approval, with a critical alert the event owes), else None. post-failed: the next evaluation
     fails over to another live VM."""
-    attempt: Optional[Approval] = None
+    attempt: Optional[Approval] = None  # None: a local or manual decision on the VM (no message)
     for a in rec.approvals:
         if data.get("messageId") and a.message_id == data["messageId"]:
             attempt = a
-    if attempt is None and data.get("messageId") is None:
-        attempt = rec.outstanding
     if attempt is not None:
         if attempt.result not in (None, "timeout", "event-started"):
             return None  # already recorded

@@ -47,6 +47,7 @@ class BatchResult:
     stale: int = 0
     quarantined: int = 0
     late: int = 0  # reports about events that ended before (recognised, not revived)
+    refused: int = 0  # envelopes part of which a VM may not say (central.authz): quarantined, alerted
     decisions: List[Decision] = field(default_factory=list)
     approvals_sent: int = 0
     alerts_sent: int = 0
@@ -67,6 +68,7 @@ COUNTERS = (
     "stale",
     "quarantined",
     "late",
+    "refused",
     "approvals",
     "alertsSent",
     "alertsFailed",

@@ -20,11 +20,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from . import logrows, views
 from . import policy as policy_mod
 from .act import CLAIM_SEND_GRACE, Actor
-from .alerts import Alert, WebhookAlerter
+from .alerts import ALERT_LEASE, Alert, WebhookAlerter
 from .approvals import ApprovalSender
 from .decide import DecideConfig, FleetView, operator_approve, operator_hold, unapprovable
 from .evaluator import Evaluator, ToSend, apply, to_result
-from .ingest import ALERT_LEASE, Gate, Ingest, Item, accept_all, bad_from, parse
+from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .sender import SenderAuth
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
@@ -201,7 +201,7 @@ class CentralService:
                     fleet = self.evaluator.view(now, [mine])
                     verdict = operator_approve(
                         mine,
-                        FleetView(dict(fleet.vms_by_name), fleet.open_events),
+                        FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness),
                         now,
                         self.config,
                         who,
@@ -299,6 +299,7 @@ class CentralService:
         c["stale"] += result.stale
         c["quarantined"] += result.quarantined
         c["late"] += result.late
+        c["refused"] += result.refused
         c["approvals"] += result.approvals_sent
         c["alertsSent"] += result.alerts_sent
         c["alertsFailed"] += result.alerts_failed
