@@ -16,10 +16,15 @@ What a compromised VM can still do is in docs/security.md.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
 from .registry import EventRecord
 from .timeutil import parse
+
+# A VM name stays bound to the vmId that first used it; another vmId (a VM deleted and made again with
+# the same name) may take it once the holder has been silent this long.
+NAME_RELEASE = timedelta(hours=1)
 
 
 def names_reporter(event: Dict[str, Any], vm_name: str) -> bool:

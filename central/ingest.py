@@ -31,9 +31,11 @@ from .registry import EventRecord
 from .results import BatchResult
 from .state import Changes, FleetState
 from .store import Conflict, Rejected, StoreError, TableLog
+from .timeutil import iso
 from .vms import VmState
 
 log = logging.getLogger(__name__)
+_UNBOUND = VmState("", "", name_bound=False)
 
 SEGMENT_OPS = 100  # operations per State transaction (the service's limit)
 MAX_TRIES = 8  # plans per segment before a lost race counts as a (transient) store error
@@ -164,6 +166,7 @@ class Ingest:
                 log.info("ingest lost a race (%s): re-reading and planning again", exc)
                 self.state.refresh()
                 self.state.load_vms(plan.changes.vms, force=True)
+                self.state.load_names(plan.changes.names, force=True)
                 continue
             except Rejected as exc:
                 if len(segment) > 1:  # find the envelope the store refuses: one at a time
@@ -191,8 +194,13 @@ class Ingest:
 
     def _prepare(self, segment: List[Item]) -> None:
         """Read what planning needs and the cache lacks: unknown VMs; events when any may change."""
-        ids = [i.parsed.vm_id for i in segment if isinstance(i.parsed, Envelope)]
-        self.state.load_vms([v for v in ids if self.state.vm(v) is None])
+        envs = [i.parsed for i in segment if isinstance(i.parsed, Envelope)]
+        self.state.load_vms([e.vm_id for e in envs if self.state.vm(e.vm_id) is None])
+        unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or _UNBOUND).name_bound]
+        if unbound:  # a VM seen for the first time (or one that lost its name): who holds its name?
+            self.state.load_names(unbound)
+            holders = [self.state.bound_vm(n) for n in unbound]
+            self.state.load_vms([h for h in holders if h and self.state.vm(h) is None])
         if any(
             isinstance(i.parsed, Envelope) and i.parsed.type in (env_mod.INCARNATION, env_mod.APPROVAL_RESULT)
             for i in segment
@@ -221,6 +229,11 @@ class Ingest:
             if isinstance(env, BadEnvelope):
                 self._quarantine(plan, env, now)
                 continue
+            problem = self._identity(plan, env, item.received)
+            if problem:  # the envelope cannot speak as this VM: nothing of it is applied
+                plan.refusals.append({"path": "/data/vm", "message": problem})
+                self._refuse(plan, env, now)
+                continue
             plan.count("processed")
             vm = self._vm(plan, env, item.received)
             if env.type == env_mod.INCARNATION:
@@ -240,17 +253,49 @@ class Ingest:
         plan.changes.alerts = list(fresh.values())
         return plan
 
+    def _identity(self, plan: Plan, env: Envelope, received: datetime) -> str:
+        """'' when `env` may speak as its VM, binding a new VM's name to its vmId (or moving the name of a
+        VM silent for authz.NAME_RELEASE); else why not (central.authz)."""
+        vm = plan.changes.vms.get(env.vm_id) or self.state.vm(env.vm_id)
+        if vm is not None:
+            conflicts = vm.identity_conflicts(env.vm)
+            if conflicts:
+                return f"vmId {env.vm_id} is bound to other facts: " + "; ".join(
+                    f"{k} {v}" for k, v in sorted(conflicts.items())
+                )
+            if vm.name_bound:
+                return ""
+        name = env.vm_name
+        holder = plan.changes.names.get(name) or self.state.bound_vm(name)
+        if holder == env.vm_id:
+            return ""
+        if holder:
+            other = plan.changes.vms.get(holder) or self.state.vm(holder)
+            silent_since = other.last_seen if other is not None else None
+            if silent_since is not None and received - silent_since <= authz.NAME_RELEASE:
+                return (f"the name {name!r} is bound to vmId {holder}, heard from at {iso(silent_since)}; "
+                        f"another vmId may take it only after {authz.NAME_RELEASE} of silence")
+            if other is not None:
+                moved = dataclasses.replace(other, name_bound=False, listed=list(other.listed))
+                plan.changes.vms[holder] = moved
+            plan.markers.append((logging.WARNING, "the name %s moves from silent vmId %s to vmId %s",
+                                 (name, holder, env.vm_id)))
+        plan.changes.names[name] = env.vm_id
+        return ""
+
     def _vm(self, plan: Plan, env: Envelope, received: datetime) -> VmState:
         vm = plan.changes.vms.get(env.vm_id)
         if vm is None:
             cached = self.state.vm(env.vm_id)
-            vm = (
-                dataclasses.replace(cached, tags=dict(cached.tags), listed=list(cached.listed))
-                if cached
-                else VmState(env.vm_id, env.vm_name)
-            )
+            if cached:
+                vm = dataclasses.replace(cached, tags=dict(cached.tags), listed=list(cached.listed))
+            else:
+                vm = VmState(env.vm_id, env.vm_name)
+                vm.bind_identity(env.vm)
             plan.changes.vms[env.vm_id] = vm
-        vm.update_identity(env.vm)
+        if plan.changes.names.get(vm.name) == vm.vm_id:
+            vm.name_bound = True
+        vm.update_tags(env.vm)
         vm.seen(received)
         return vm
 

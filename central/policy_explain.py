@@ -74,7 +74,7 @@ def vm_from_json(doc: Mapping[str, Any]) -> VmState:
     if "tags" in doc and not isinstance(doc["tags"], Mapping):
         raise ValueError('"tags" must be an object: {"role": "db"}')
     vm = VmState(str(doc.get("vmId") or doc["name"]), doc["name"])
-    vm.update_identity(dict(doc))
+    vm.bind_identity(dict(doc))
     return vm
 
 

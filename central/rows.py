@@ -6,6 +6,7 @@ One partition, `fleet`, so every change that must hold together commits in one t
   o:<EventId>      an active event: not ended, or ended with alerts still owed
   x:<EventId>      an ended event whose alerts are all delivered (kept: a late report is recognised)
   a:<sha256(key)>  an alert owed that belongs to no event (quarantine, outbox drops), until delivered
+  n:<sha256(name)> a VM name's binding to the vmId that holds it (inserted if absent: one holder)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ VM = "vm:"
 ACTIVE = "o:"
 ENDED = "x:"
 ALERT = "a:"
+NAME = "n:"
 
 
 def _dt(value: Any) -> Optional[datetime]:
@@ -49,6 +51,15 @@ def vm_key(vm_id: str) -> str:
 
 def event_key(event_id: str, active: bool) -> str:
     return (ACTIVE if active else ENDED) + event_id
+
+
+def name_key(name: str) -> str:
+    return NAME + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def name_entity(name: str, vm_id: str, at: datetime) -> Dict[str, Any]:
+    return {"PartitionKey": PARTITION, "RowKey": name_key(name), "Kind": "name", "VmName": name,
+            "VmId": vm_id, "BoundAt": at}
 
 
 def alert_key(key: str) -> str:
@@ -76,6 +87,7 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
         "OutboxDropped": whole(vm.outbox_dropped),
         "OutboxBacklog": whole(vm.outbox_backlog),
         "HeartbeatLogged": vm.heartbeat_logged,
+        "NameBound": vm.name_bound,
     }
     put_json(entity, "Tags", vm.tags)
     put_json(entity, "ListedEventIds", vm.listed)
@@ -101,6 +113,7 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         outbox_dropped=int(plain(e.get("OutboxDropped"), 0)),
         outbox_backlog=int(plain(e.get("OutboxBacklog"), 0)),
         heartbeat_logged=_dt(e.get("HeartbeatLogged")),
+        name_bound=bool(e.get("NameBound", True)),
     )
 
 

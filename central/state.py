@@ -38,13 +38,15 @@ class Changes:
     vms: Dict[str, VmState] = field(default_factory=dict)
     events: Dict[str, EventRecord] = field(default_factory=dict)
     alerts: List[Alert] = field(default_factory=list)
+    names: Dict[str, str] = field(default_factory=dict)  # VM name -> the vmId it is bound to now
 
     def op_count(self) -> int:
         # an event may move from o: to x: (two operations); the head once when any event changes
-        return len(self.vms) + 2 * len(self.events) + len(self.alerts) + (1 if self.events else 0)
+        return (len(self.vms) + 2 * len(self.events) + len(self.alerts) + len(self.names)
+                + (1 if self.events else 0))
 
     def empty(self) -> bool:
-        return not (self.vms or self.events or self.alerts)
+        return not (self.vms or self.events or self.alerts or self.names)
 
 
 def _chunks(items: List[str], size: int) -> Iterable[List[str]]:
@@ -63,6 +65,7 @@ class FleetState:
         self.loaded = False
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
+        self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -143,6 +146,25 @@ class FleetState:
                 else:
                     self.vms.pop(vm_id, None)
 
+    def load_names(self, names: Iterable[str], force: bool = False) -> None:
+        """Read the name bindings not cached (or all, `force`), 14 keys per query; an unbound name is
+        cached as ("", None)."""
+        wanted = sorted({n for n in names if force or n not in self.names})
+        for chunk in _chunks(wanted, KEYS_PER_QUERY):
+            params = {f"k{i}": rows.name_key(n) for i, n in enumerate(chunk)}
+            params["p"] = rows.PARTITION
+            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
+            filter_ = f"PartitionKey eq @p and ( {keys} )"  # spaces: the SDK substitutes @names word by word
+            rows_found = self.store.query_with_etags(TABLE, filter_, params)
+            found = {e["VmName"]: (e["VmId"], etag) for e, etag in rows_found}
+            self.reads += 1
+            for name in chunk:
+                self.names[name] = found.get(name, ("", None))
+
+    def bound_vm(self, name: str) -> str:
+        """The vmId bound to `name` ('' when unbound); load_names first."""
+        return self.names.get(name, ("", None))[0]
+
     def vms_by_name(self, names: Iterable[str]) -> Dict[str, VmState]:
         """The current rows of the VMs with these names, read now (liveness any instance saw). Two VMs
         with one name: the one heard from last."""
@@ -160,6 +182,8 @@ class FleetState:
             for entity, etag in self.store.query_with_etags(TABLE, filter_, params):
                 vm = rows.vm_from_entity(entity)
                 self.vms[vm.vm_id] = (vm, etag)
+                if not vm.name_bound:
+                    continue  # its name was taken over by the VM that holds it now
                 have = out.get(vm.name)
                 if have is None or (vm.last_seen or NEVER) > (have.last_seen or NEVER):
                     out[vm.name] = vm
@@ -233,6 +257,11 @@ class FleetState:
         for alert in changes.alerts:
             ops.append(Op("upsert", rows.alert_row(alert)))
             owners.append(("alert", alert.key))
+        for name, vm_id in changes.names.items():
+            entity = rows.name_entity(name, vm_id, now)
+            etag = self.names.get(name, ("", None))[1]
+            ops.append(Op("replace", entity, etag) if etag else Op("insert", entity))  # one holder at a time
+            owners.append(("name", name))
         etags = self.store.transact(TABLE, ops)
         self._install(changes, owners, etags, seq)
         return seq
@@ -247,6 +276,8 @@ class FleetState:
                 self.vms[key] = (changes.vms[key], etag)
             elif kind == "alert":
                 self.alert_etags[key] = etag
+            elif kind == "name":
+                self.names[key] = (changes.names[key], etag)
             elif kind == "event":
                 rec = changes.events[key]
                 if not rec.ended or rec.pending_alerts:

@@ -26,16 +26,33 @@ class VmState:
     outbox_dropped: int = 0
     outbox_backlog: int = 0
     heartbeat_logged: Optional[datetime] = None  # last `se.heartbeat` log marker (monitoring)
+    name_bound: bool = True  # this VM holds its name (central.names); False once another VM took it over
 
-    def update_identity(self, vm: Dict[str, Any]) -> None:
-        """Refresh grouping from an envelope's data.vm (tags can change)."""
-        self.name = vm.get("name") or self.name
-        self.resource_id = vm.get("resourceId", self.resource_id) or ""
-        self.scale_set = vm.get("vmScaleSetName", self.scale_set) or ""
-        self.placement_group = vm.get("placementGroupId", self.placement_group) or ""
-        self.zone = vm.get("zone", self.zone) or ""
+    def bind_identity(self, vm: Dict[str, Any]) -> None:
+        """A new VM's identity and grouping from its first envelope's data.vm."""
+        self.resource_id = vm.get("resourceId") or ""
+        self.scale_set = vm.get("vmScaleSetName") or ""
+        self.placement_group = vm.get("placementGroupId") or ""
+        self.zone = vm.get("zone") or ""
+        self.update_tags(vm)
+
+    def update_tags(self, vm: Dict[str, Any]) -> None:
+        """Tags can change on a VM; its name, scale set, placement group and zone cannot (central.names)."""
         if isinstance(vm.get("tags"), dict):
             self.tags = {str(k): str(v) for k, v in vm["tags"].items()}
+
+    def identity_conflicts(self, vm: Dict[str, Any]) -> Dict[str, str]:
+        """What an envelope's data.vm says differently from what this VM is bound to (name, scale set,
+        placement group, zone: fixed for a vmId in Azure)."""
+        out: Dict[str, str] = {}
+        for key, have in (("name", self.name), ("vmScaleSetName", self.scale_set),
+                          ("placementGroupId", self.placement_group), ("zone", self.zone)):
+            said = vm.get(key) or ""
+            if key == "name" and not said:
+                continue
+            if said != have:
+                out[key] = f"{str(said)[:64]!r}, bound as {have!r}"
+        return out
 
     def seen(self, moment: datetime) -> None:
         if self.last_seen is None or moment > self.last_seen:
