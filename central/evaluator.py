@@ -19,6 +19,7 @@ from . import logrows
 from .alerts import ALERT_LEASE, Alert
 from .approvals import build_message, queue_name
 from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record
+from .ingest_alerts import owe_status_alert
 from .policy import Policy
 from .registry import SEND_LEASE, Approval, EventRecord
 from .results import BatchResult, Decision
@@ -107,6 +108,10 @@ class Evaluator:
             owed: Set[str] = set()
             for rec in candidates:
                 mine = copy.deepcopy(rec)
+                stale = mine.stale_reason(now)
+                if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
+                    changed.append((mine, end_stale(mine, stale, now, owed)))
+                    continue
                 verdict = decide(mine, fleet, self.policy, now, self.config)
                 decision = apply(mine, verdict, now, owed)
                 if decision is not None or verdict.timed_out:
@@ -205,6 +210,15 @@ def apply(
                 next_try=now + ALERT_LEASE,
             ),
         )
+    return decision
+
+
+def end_stale(rec: EventRecord, why: str, now: datetime, owed: Set[str]) -> dict:
+    """End an event no VM can still really be in; the decision says why and its status alert is owed."""
+    rec.end_stale(now)
+    decision = record(rec, Verdict("record", "ended-stale", "ended", "stale", why + "; ended by central",
+                                   "warning", "central:stale"), now)
+    owed.add(owe_status_alert(rec, now))
     return decision
 
 

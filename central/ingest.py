@@ -343,6 +343,10 @@ class Ingest:
                 if event_id in vm.listed:
                     listed.append(event_id)  # as before: a refused report neither adds nor removes
                 continue
+            if rec is None and not vm.count_new_event(received, limits.NEW_EVENTS_PER_HOUR):
+                too_many = f"{event_id}: {vm.name} brought {limits.NEW_EVENTS_PER_HOUR} new events this hour"
+                plan.refusals.append({"path": f"/data/document/Events/{i}", "message": too_many})
+                continue
             listed.append(event_id)
             if rec is None:
                 rec = EventRecord(event_id=event_id, first_seen=received)

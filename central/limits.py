@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 
 from .timeutil import parse
 
+NEW_EVENTS_PER_HOUR = 32  # events one VM may bring to central's notice per hour (IMDS shows a handful a week)
 MAX_EVENTS_PER_DOCUMENT = 32  # IMDS lists a handful; 32 keeps one envelope inside one transaction
 MAX_RESOURCES_PER_EVENT = 1000  # a scale set's placement group at most
 MAX_NAME_CHARS = 128  # a VM name (Linux 64, Windows 15), with margin

@@ -14,6 +14,10 @@ from typing import Any, Dict, List, Optional
 from .timeutil import iso, parse
 
 RANK = {"Scheduled": 0, "Started": 1, "Completed": 2, "Cancelled": 2}
+# Real events move on: Azure starts a Scheduled event at NotBefore and removes a Started one ~10 minutes
+# later. One still listed well past that was made up (or IMDS lost it): central ends it (timer).
+STALE_SCHEDULED = timedelta(hours=1)  # after NotBefore
+STALE_STARTED = timedelta(hours=12)  # after it was first seen Started
 # An unsent attempt may be enqueued only by the instance holding its send lease, and only while at least
 # SEND_MARGIN of it is left; a hold revokes an unsent attempt whose lease has lapsed (docs/central.md).
 SEND_LEASE = timedelta(seconds=30)
@@ -178,6 +182,23 @@ class EventRecord:
         self.status = status
         self.history.append({"status": status, "at": iso(at), "vm": vm_name})
         return True
+
+    def stale_reason(self, now: datetime) -> str:
+        """Why this open event cannot be real any more ('' while it can)."""
+        if self.ended:
+            return ""
+        nb = self.not_before
+        if self.status == "Scheduled" and nb is not None and now - nb > STALE_SCHEDULED:
+            return f"still Scheduled {STALE_SCHEDULED} after its NotBefore {iso(self.not_before)}"
+        started = next((parse(h["at"]) for h in self.history if h.get("status") == "Started"), None)
+        if self.status == "Started" and started is not None and now - started > STALE_STARTED:
+            return f"still Started {STALE_STARTED} after it started at {iso(started)}"
+        return ""
+
+    def end_stale(self, now: datetime) -> None:
+        self.move("Completed" if self.ever_started else "Cancelled", now, "central")
+        self.ended_at = now
+        self.state = "ended"
 
     def unlisted_by(self, vm_id: str, at: datetime) -> bool:
         """A VM's newer document no longer lists this event. True when that ended the event."""

@@ -88,6 +88,8 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
         "OutboxBacklog": whole(vm.outbox_backlog),
         "HeartbeatLogged": vm.heartbeat_logged,
         "NameBound": vm.name_bound,
+        "NewEventsSince": vm.new_events_since,
+        "NewEvents": whole(vm.new_events),
     }
     put_json(entity, "Tags", vm.tags)
     put_json(entity, "ListedEventIds", vm.listed)
@@ -114,6 +116,8 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         outbox_backlog=int(plain(e.get("OutboxBacklog"), 0)),
         heartbeat_logged=_dt(e.get("HeartbeatLogged")),
         name_bound=bool(e.get("NameBound", True)),
+        new_events_since=_dt(e.get("NewEventsSince")),
+        new_events=int(plain(e.get("NewEvents"), 0)),
     )
 
 

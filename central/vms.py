@@ -27,6 +27,17 @@ class VmState:
     outbox_backlog: int = 0
     heartbeat_logged: Optional[datetime] = None  # last `se.heartbeat` log marker (monitoring)
     name_bound: bool = True  # this VM holds its name (central.names); False once another VM took it over
+    new_events_since: Optional[datetime] = None  # start of the hour its new events are counted in
+    new_events: int = 0
+
+    def count_new_event(self, at: datetime, limit: int) -> bool:
+        """Count one event this VM reports first; False when it already brought `limit` this hour."""
+        if self.new_events_since is None or at - self.new_events_since >= timedelta(hours=1):
+            self.new_events_since, self.new_events = at, 0
+        if self.new_events >= limit:
+            return False
+        self.new_events += 1
+        return True
 
     def bind_identity(self, vm: Dict[str, Any]) -> None:
         """A new VM's identity and grouping from its first envelope's data.vm."""
