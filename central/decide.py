@@ -327,54 +327,6 @@ def approval(
     )
 
 
-def operator_approve(
-    event: EventRecord, fleet: FleetView, now: datetime, config: DecideConfig, operator: str, reason: str
-) -> Verdict:
-    """An operator's approve: now, to the elected leader, windows and budgets aside. kind "none" when an
-    approval is already outstanding (the hold, if any, is lifted). Check `unapprovable` first."""
-    if event.outstanding is not None and now < event.outstanding.expires_at:
-        return NOTHING
-    by = f"operator:{operator}"
-    return approval(
-        event,
-        fleet,
-        now,
-        config,
-        "approve",
-        by,
-        reason,
-        "operator-approve",
-        "warning",
-        timed_out=event.outstanding is not None,
-    )
-
-
-def operator_hold(event: EventRecord, operator: str, reason: str, now: datetime) -> Verdict:
-    """An operator's hold. An attempt committed but never enqueued whose send lease has lapsed is
-    revoked with it (`evaluator.apply`); one being sent, or sent, cannot be recalled: the reason says so."""
-    by = f"operator:{operator}"
-    note = ""
-    out = event.outstanding
-    if out is not None and out.sent:
-        note = (
-            f"; an approval already sent to {out.vm_name} cannot be recalled "
-            f"(it expires at {iso(out.expires_at)})"
-        )
-    elif out is not None and not out.revocable(now):
-        note = (
-            f"; approval {out.attempt} to {out.vm_name}, committed {iso(out.sent_at)}, may still be sent by "
-            f"the instance sending it until {iso(out.lease_until)} and cannot be recalled; after that it is "
-            f"never sent again"
-        )
-    elif out is not None:
-        note = (
-            f"; approval {out.attempt} to {out.vm_name} was committed {iso(out.sent_at)} but its sending was "
-            f"never confirmed: it is revoked (never sent again), yet it may already be in the queue "
-            f"(it expires at {iso(out.expires_at)})"
-        )
-    return Verdict("record", "operator-hold", "held", OPERATOR_RULE, reason + note, "warning", by)
-
-
 def is_new(event: EventRecord, verdict: Verdict) -> bool:
     """A verdict is a new decision unless it repeats the event's last one (the timer re-evaluates
     every few minutes; an unchanged verdict is not a new decision)."""
@@ -414,8 +366,6 @@ __all__ = [
     "decide",
     "impacting",
     "is_new",
-    "operator_approve",
-    "operator_hold",
     "record",
     "unapprovable",
 ]

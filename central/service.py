@@ -22,9 +22,10 @@ from . import policy as policy_mod
 from .act import CLAIM_SEND_GRACE, Actor
 from .alerts import ALERT_LEASE, Alert, WebhookAlerter
 from .approvals import ApprovalSender
-from .decide import DecideConfig, FleetView, operator_approve, operator_hold, unapprovable
+from .decide import DecideConfig, FleetView, unapprovable
 from .evaluator import Evaluator, ToSend, apply, to_result
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
+from .operator import operator_approve, operator_hold
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .sender import SenderAuth
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
