@@ -17,7 +17,7 @@ from typing import Dict, List
 import pytest
 
 from tools import wheelhouse
-from tools.bicep_check import object_var_keys
+from tools.bicep_settings import object_var_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
