@@ -4,6 +4,7 @@
 // service (systemd unit on Linux, a startup task on Windows). Run it in the VM's resource group.
 // Before: attach the identity (`az vm identity assign`, see docs/deploy.md): a partial PUT of an
 // existing VM from a template would have to restate the whole VM.
+@maxLength(64)
 @description('Name of the existing VM (in this deployment\'s resource group).')
 param vmName string
 
@@ -40,7 +41,8 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-07-01' existing = {
 }
 
 module config 'config.bicep' = {
-  name: 'se-forwarder-config-${vmName}'
+  // A deployment name holds at most 64 characters: a short prefix, part of the name, a hash of all of it.
+  name: 'se-fwd-cfg-${take(vmName, 30)}-${uniqueString(resourceGroup().id, vmName)}'
   params: {
     osType: osType
     eventHubNamespace: eventHubNamespace
