@@ -6,7 +6,8 @@ No Bicep compiler runs here, so this checks what matters most when it cannot:
   (every required one present, none unknown);
 - symbols: every identifier used is declared (params, vars, resources, modules, outputs, types,
   functions, loop and lambda variables) or is a Bicep standard-library function or decorator;
-- .bicepparam: the `using` target exists and every param it sets is declared there.
+- .bicepparam: the `using` target exists and every param it sets is declared there;
+- the compiler's and default linter's warnings that can be checked offline (tools/bicep_rules.py).
 
 `python -m tools.bicep_check infra` prints one finding per line and exits 1 if there is any.
 """
@@ -153,7 +154,7 @@ def object_properties(obj: ts.Node) -> Dict[str, ts.Node]:
     return props
 
 
-def _body_object(declaration: ts.Node) -> Optional[ts.Node]:
+def body_object(declaration: ts.Node) -> Optional[ts.Node]:
     """The object body of a resource/module, through `if (...)` and `[for ...: ...]`."""
     for child in declaration.children:
         node = child
@@ -185,7 +186,7 @@ def module_refs(tree: ts.Tree) -> List[ModuleRef]:
         if node.type != "module_declaration":
             continue
         target = next((string_value(c) for c in node.children if c.type == "string"), None)
-        body = _body_object(node)
+        body = body_object(node)
         params: Dict[str, int] = {}
         given = True
         if body is not None and "params" in object_properties(body):
@@ -236,7 +237,7 @@ def _bound_by(node: ts.Node) -> Set[str]:
     return names
 
 
-def _is_declaration_name(node: ts.Node) -> bool:
+def is_declaration_name(node: ts.Node) -> bool:
     parent = node.parent
     if parent is None:
         return False
@@ -274,7 +275,7 @@ def undeclared(path: Path, tree: Optional[ts.Tree] = None) -> List[Finding]:
                 return
         if node.type == "type" or node.type == "primitive_type":
             return  # type expressions name types, not values
-        if node.type == "identifier" and not _is_declaration_name(node):
+        if node.type == "identifier" and not is_declaration_name(node):
             name = node_text(node)
             following = node.next_sibling
             adjacent = following is not None and following.start_byte == node.end_byte
@@ -347,7 +348,9 @@ def check_file(path: Path) -> List[Finding]:
         return errors
     if path.suffix == ".bicepparam":
         return check_bicepparam(path, tree)
-    return check_module_refs(path, tree) + undeclared(path, tree)
+    from tools.bicep_rules import warnings  # the compiler's warnings; that module imports this one
+
+    return check_module_refs(path, tree) + undeclared(path, tree) + warnings(path, tree)
 
 
 def bicep_files(root: Path) -> List[Path]:
