@@ -64,3 +64,11 @@ def test_install_commands_use_only_what_the_script_accepts() -> None:
 
 def test_windows_behaviour_is_described_as_untested() -> None:
     assert "**Untested on Windows**" in DOC
+
+
+def test_provision_again_gives_the_one_command_and_what_outlives_the_group() -> None:
+    again = _section("Provision again after deleting (Key Vault)")
+    assert "az keyvault recover --name" in again and "SE_KEY_VAULT_SUFFIX" in again
+    assert "custom role definition" in again
+    bicepparam = (REPO / "infra" / "main.bicepparam").read_text()
+    assert "readEnvironmentVariable('SE_KEY_VAULT_SUFFIX', '')" in bicepparam
