@@ -475,6 +475,7 @@ output EVENTHUB_NAMESPACE string = eventHubs.outputs.fullyQualifiedNamespace
 output EVENTHUB_NAME string = eventHubs.outputs.hubName
 output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGroupName
 output STORAGE_ACCOUNT_NAME string = storage.outputs.accountName
+output STORAGE_ACCOUNT_ID string = storage.outputs.accountId
 output QUEUE_SERVICE_URI string = storage.outputs.queueEndpoint
 output TABLE_SERVICE_URI string = storage.outputs.tableEndpoint
 output FORWARDER_ARTIFACTS_URL string = artifacts.outputs.containerUrl

@@ -1,5 +1,6 @@
 // User-assigned identities with separate jobs, so each gets only its own roles: the Function app (reads
-// events, sends approvals), the VMs' forwarders (send events, take approvals) and Event Hubs Capture
+// events, sends approvals), the VMs' forwarders (send events; each VM takes its approvals with its own
+// system-assigned identity, granted by the forwarder install) and Event Hubs Capture
 // (writes Avro files). Created first, so every role can be assigned before the identity is used.
 @description('Azure region.')
 param location string

@@ -30,14 +30,13 @@ param appInsightsName string
 @description('Principal id of the Function app identity.')
 param functionPrincipalId string
 
-@description('Principal id of the VMs identity.')
+@description('Principal id of the VMs\' shared identity (sends events, reads the artifacts; no queue role).')
 param vmPrincipalId string
 
 var roles = {
   eventHubsDataReceiver: 'a638d3c7-ab3a-418d-83e6-5f17a39d4fde' // Azure Event Hubs Data Receiver
   eventHubsDataSender: '2b629674-e913-4c01-ae53-ef4638d8f975' // Azure Event Hubs Data Sender
   queueMessageSender: 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a' // Storage Queue Data Message Sender
-  queueMessageProcessor: '8a0f0c08-91a1-4084-bc3d-661d67233fed' // Storage Queue Data Message Processor
   tableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor
   blobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b' // Storage Blob Data Owner
   blobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1' // Storage Blob Data Reader
@@ -205,17 +204,8 @@ resource vmHubSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
-// Take approvals from the queue: peek, get, delete. It cannot add a message, so a VM can never
-// send an approval, to itself or to another VM.
-resource vmQueueProcessor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(account.id, vmPrincipalId, roles.queueMessageProcessor)
-  scope: account
-  properties: {
-    principalId: vmPrincipalId
-    principalType: 'ServicePrincipal'
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.queueMessageProcessor)
-  }
-}
+// No VM role on the approval queues here: each VM's own identity gets Storage Queue Data Message
+// Processor on its own queue only, from the forwarder install (infra/forwarder/queue-access.bicep).
 
 // Download the wheelhouse and install scripts (CustomScript extension with managed identity).
 // Scope: the artifacts container only, read only.

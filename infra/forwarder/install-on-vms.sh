@@ -5,7 +5,8 @@
 #
 #   TARGET   vm:NAME     one VM
 #            vmss:NAME   a scale set: Uniform = its model, then every instance brought to it;
-#                        Flexible = every member VM, one by one (as vm:NAME)
+#                        Flexible = every member VM, one by one (as vm:NAME). Run it again after a
+#                        scale-out: new instances get their approval queue access then
 #            all         every VM of the group (standalone or Flexible member) and every Uniform scale set
 #   -g, --resource-group RG  the resource group of the VMs / scale sets (required)
 #   -e, --environment NAME   the environment (azd's, = main.bicep's environmentName); default
@@ -15,7 +16,7 @@
 #       --dry-run            resolve everything, print the commands that change something, run none
 #
 # Inputs (FORWARDER_ARTIFACTS_URL EVENTHUB_NAMESPACE EVENTHUB_NAME VM_IDENTITY_ID VM_IDENTITY_CLIENT_ID
-# QUEUE_SERVICE_URI): each from the first of these that has it:
+# QUEUE_SERVICE_URI STORAGE_ACCOUNT_ID): each from the first of these that has it:
 #   1. the environment variable of that name;
 #   2. the deployment named with --deployment;
 #   3. `azd env get-values` (when azd is installed and the environment exists);
@@ -26,9 +27,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-KEYS=(FORWARDER_ARTIFACTS_URL EVENTHUB_NAMESPACE EVENTHUB_NAME VM_IDENTITY_ID VM_IDENTITY_CLIENT_ID QUEUE_SERVICE_URI)
+KEYS=(FORWARDER_ARTIFACTS_URL EVENTHUB_NAMESPACE EVENTHUB_NAME VM_IDENTITY_ID VM_IDENTITY_CLIENT_ID QUEUE_SERVICE_URI
+      STORAGE_ACCOUNT_ID)
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "install-on-vms: $2" >&2; exit "$1"; }
 say() { echo "install-on-vms: $*"; }
 upper() { printf '%s' "$1" | tr '[:lower:]' '[:upper:]'; }
@@ -120,6 +122,7 @@ common=(
   eventHubName="$in_EVENTHUB_NAME"
   vmIdentityClientId="$in_VM_IDENTITY_CLIENT_ID"
   queueServiceUri="$in_QUEUE_SERVICE_URI"
+  storageAccountId="$in_STORAGE_ACCOUNT_ID"
 )
 
 # ---- the installs ----
@@ -142,22 +145,36 @@ os_type() {  # QUERY-COMMAND... -> Linux or Windows
   esac
 }
 
-install_vm() {  # NAME
+install_vm() {  # NAME: the shared identity (hub, artifacts) + its own system-assigned one (its queue)
   local os
   os="$(os_type az vm show -g "$group" -n "$1" --query storageProfile.osDisk.osType)" || return 1
-  run az vm identity assign -g "$group" -n "$1" --identities "$in_VM_IDENTITY_ID" -o none || return 1
+  run az vm identity assign -g "$group" -n "$1" --identities '[system]' "$in_VM_IDENTITY_ID" -o none || return 1
   run az deployment group create -g "$group" -n "$(deployment_name vm "$1")" \
     -f "$here/install-vm.bicep" -p vmName="$1" osType="$os" "${common[@]}" -o none || return 1
   say "vm:$1 done ($os)"
 }
 
-install_uniform() {  # NAME: the model gets the extension and the identity, then every instance is updated
-  local os
+instance_vm_ids() {  # NAME -> the instances' vmIds as a JSON array (GUIDs only)
+  local ids id json="" sep=""
+  ids="$(az vmss list-instances -g "$group" -n "$1" --query "[].vmId" -o tsv)" || return 1
+  while IFS= read -r id; do
+    [ -n "$id" ] || continue
+    [[ "$id" =~ ^[0-9A-Fa-f-]{36}$ ]] || { echo "install-on-vms: vmss:$1: unexpected vmId '$id'" >&2; return 1; }
+    json="$json$sep\"$id\""; sep=","
+  done <<< "$ids"
+  printf '[%s]' "$json"
+}
+
+install_uniform() {  # NAME: the model gets the extension and the identities, then every instance is updated
+  local os vm_ids
   os="$(os_type az vmss show -g "$group" -n "$1" --query virtualMachineProfile.storageProfile.osDisk.osType)" \
     || return 1
-  run az vmss identity assign -g "$group" -n "$1" --identities "$in_VM_IDENTITY_ID" -o none || return 1
+  run az vmss identity assign -g "$group" -n "$1" --identities '[system]' "$in_VM_IDENTITY_ID" -o none || return 1
+  # The instances share the scale set's system-assigned identity: it gets the queues of today's instances.
+  vm_ids="$(instance_vm_ids "$1")" || return 1
   run az deployment group create -g "$group" -n "$(deployment_name vmss "$1")" \
-    -f "$here/install-vmss.bicep" -p vmssName="$1" osType="$os" "${common[@]}" -o none || return 1
+    -f "$here/install-vmss.bicep" -p vmssName="$1" osType="$os" "${common[@]}" instanceVmIds="$vm_ids" \
+    -o none || return 1
   # '*' (every instance) is a Uniform-only form; with an Automatic or Rolling policy this is a no-op.
   run az vmss update-instances -g "$group" -n "$1" --instance-ids '*' -o none || return 1
   say "vmss:$1 done (Uniform, $os)"

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -49,9 +49,12 @@ def _vm(name: str, os_type: str = "Linux", scale_set: Optional[str] = None) -> D
     return vm
 
 
-def _vmss(name: str, mode: Optional[str], os_type: str = "Linux") -> Dict[str, Any]:
+def _vmss(name: str, mode: Optional[str], os_type: str = "Linux",
+          vm_ids: Tuple[str, ...] = ()) -> Dict[str, Any]:
     vmss: Dict[str, Any] = {"name": name, "resourceGroup": "my-vms", "orchestrationMode": mode,
-                            "virtualMachineProfile": {"storageProfile": {"osDisk": {"osType": os_type}}}}
+                            "virtualMachineProfile": {"storageProfile": {"osDisk": {"osType": os_type}}},
+                            "instances": [{"instanceId": str(i), "name": f"{name}_{i}", "vmId": vm_id}
+                                          for i, vm_id in enumerate(vm_ids)]}
     if mode is None:
         del vmss["orchestrationMode"]  # scale sets older than the property do not report it
     return vmss
@@ -68,6 +71,8 @@ def _world(vms: List[Dict[str, Any]], sets: List[Dict[str, Any]], azd: bool) -> 
     entries.append({"command": "vmss list", "options": {"--resource-group": "my-vms"}, "result": sets})
     entries += [{"command": "vm show", "options": {"--name": v["name"]}, "result": v} for v in vms]
     entries += [{"command": "vmss show", "options": {"--name": s["name"]}, "result": s} for s in sets]
+    entries += [{"command": "vmss list-instances", "options": {"--name": s["name"]}, "result": s["instances"]}
+                for s in sets]
     for command in ("vm identity assign", "vmss identity assign", "deployment group create",
                     "vmss update-instances"):
         entries.append({"command": command, "result": {}})
@@ -135,17 +140,31 @@ def run(tmp_path: Path):
 
 
 PROD_CLIENT = "0f4c2d8e-6a1b-4c3d-9e7f-5a6b7c8d9e01"
+UAI = (f"/subscriptions/{SUB}/resourceGroups/rg-se-prod/providers/Microsoft.ManagedIdentity/"
+       "userAssignedIdentities/id-se-vm-k3x7m2pq9v4ab")
 TEST_CLIENT = "1a2b3c4d-5e6f-4a1b-8c2d-3e4f5a6b7c8d"
 
 
-def _expected(tok: str = "k3x7m2pq9v4ab", client: str = PROD_CLIENT) -> Dict[str, str]:
+def _expected(tok: str = "k3x7m2pq9v4ab", client: str = PROD_CLIENT, env: str = "se-prod") -> Dict[str, str]:
     return {
         "artifactsUrl": f"https://stsea{tok}.blob.core.windows.net/forwarder-artifacts",
         "eventHubNamespace": f"evhns-se-{tok}.servicebus.windows.net",
         "eventHubName": "scheduled-events",
         "vmIdentityClientId": client,
         "queueServiceUri": f"https://stse{tok}.queue.core.windows.net/",
+        "storageAccountId": f"/subscriptions/{SUB}/resourceGroups/rg-{env}/providers/Microsoft.Storage/"
+                            f"storageAccounts/stse{tok}",
     }
+
+
+def _identities(call: List[str]) -> List[str]:
+    start = call.index("--identities") + 1
+    values = []
+    for arg in call[start:]:
+        if arg.startswith("-"):
+            break
+        values.append(arg)
+    return values
 
 
 def test_inputs_from_the_azd_environment(run) -> None:
@@ -158,7 +177,7 @@ def test_inputs_from_the_azd_environment(run) -> None:
     assert params.pop("vmName") == "web-01" and params.pop("osType") == "Linux"
     assert params == _expected()
     (assign,) = result.az("vm identity assign")
-    assert result.option(assign, "--identities").endswith("/userAssignedIdentities/id-se-vm-k3x7m2pq9v4ab")
+    assert _identities(assign) == ["[system]", UAI]  # its own identity (its queue) + the shared one (the hub)
 
 
 def test_inputs_from_a_named_deployment_whatever_the_casing_of_its_outputs(run) -> None:
@@ -169,7 +188,7 @@ def test_inputs_from_a_named_deployment_whatever_the_casing_of_its_outputs(run) 
     params = result.params(create)
     assert {k: params[k] for k in _expected()} == _expected()
     (assign,) = result.az("vm identity assign")  # VM_IDENTITY_ID came back from ARM as vM_IDENTITY_ID
-    assert result.option(assign, "--identities").endswith("/id-se-vm-k3x7m2pq9v4ab")
+    assert _identities(assign) == ["[system]", UAI]
 
 
 def test_inputs_from_the_newest_successful_deployment_of_the_environment(run) -> None:
@@ -187,7 +206,7 @@ def test_a_deployment_named_after_the_environment_without_azd_tags(run) -> None:
     assert result.code == 0, result.err
     assert "deployment:se-test" in result.out
     (create,) = result.az("deployment group create")
-    params, expected = result.params(create), _expected("t5t5t5t5t5t5t", TEST_CLIENT)
+    params, expected = result.params(create), _expected("t5t5t5t5t5t5t", TEST_CLIENT, "se-test")
     assert {k: params[k] for k in expected} == expected
 
 
@@ -216,12 +235,15 @@ def test_an_unknown_named_deployment_exits_3(run) -> None:
 
 
 def test_uniform_scale_set_gets_the_model_then_every_instance(run) -> None:
-    result = run(["-g", "my-vms", "vmss:pool-u"], sets=[_vmss("pool-u", "Uniform", "Windows")])
+    ids = ("3c8e0b0e-1d4a-4c55-9a0f-6f3f0a6d2b11", "A1B2C3D4-0000-4000-8000-00000000BEEF")
+    result = run(["-g", "my-vms", "vmss:pool-u"], sets=[_vmss("pool-u", "Uniform", "Windows", ids)])
     assert result.code == 0, result.err
-    assert len(result.az("vmss identity assign")) == 1
+    (assign,) = result.az("vmss identity assign")
+    assert _identities(assign) == ["[system]", UAI]  # the instances share the scale set's identity
     (create,) = result.az("deployment group create")
     assert result.option(create, "-f").endswith("install-vmss.bicep")
-    assert result.params(create)["osType"] == "Windows"
+    params = result.params(create)
+    assert params["osType"] == "Windows" and json.loads(params["instanceVmIds"]) == list(ids)
     (update,) = result.az("vmss update-instances")
     assert result.option(update, "--instance-ids") == "*"
 
@@ -238,7 +260,8 @@ def test_flexible_scale_set_installs_on_each_member_vm(run) -> None:
 
 def test_all_covers_every_vm_and_every_uniform_scale_set(run) -> None:
     vms = [_vm("web-01"), _vm("win-01", "Windows"), _vm("flex-1", scale_set="pool-f")]
-    sets = [_vmss("pool-f", "Flexible"), _vmss("pool-u", "Uniform"), _vmss("pool-old", None)]
+    sets = [_vmss("pool-f", "Flexible"), _vmss("pool-old", None),
+            _vmss("pool-u", "Uniform", vm_ids=("0e2d1b36-7f0a-4d7e-8c59-9c2f4d1e6a73",))]
     result = run(["-g", "my-vms", "all"], vms=vms, sets=sets)
     assert result.code == 0, result.err
     creates = result.az("deployment group create")
