@@ -171,3 +171,19 @@ def test_the_config_reads_the_queue_with_the_system_assigned_identity() -> None:
     settings = object_properties(base.children[-1])
     assert string_value(settings["queue_client_id"]) == "" and "queue_client_id" in BY_KEY
     assert node_text(settings["client_id"]) == "vmIdentityClientId"  # the hub keeps the shared identity
+
+
+def test_the_docs_say_what_each_vm_and_each_uniform_scale_set_gets() -> None:
+    deploy = (REPO / "docs" / "deploy.md").read_text()
+    start = deploy.index("### Approvals are per VM")
+    section = deploy[start:deploy.index("\n## ", start)]
+    for needed in ("system-assigned", "Uniform", "isolation is per scale set", "5,000 role assignments",
+                   "run it after scale-outs"):
+        assert needed.lower() in section.lower(), needed
+    security = (REPO / "docs" / "security.md").read_text()
+    begin = security.index("<!-- approvals-queues:begin")
+    end = security.index("<!-- approvals-queues:end -->")
+    subsection = security[begin:end]
+    assert "What a compromised VM can still do" in security[:begin]  # inside that part of the threat model
+    assert "cannot** read, peek, receive or delete another VM's" in subsection
+    assert "Uniform scale set instance" in subsection
