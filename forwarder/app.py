@@ -100,7 +100,8 @@ def approval_settings(config: Config, limiter: Any = None) -> Any:
     if config.queue_service_uri and not config.queue_connection_string:
         from .imds import managed_identity_credential
 
-        credential = managed_identity_credential(config.client_id, limiter)
+        # The queue's own identity (default: system-assigned, one per VM), not the hub's shared one.
+        credential = managed_identity_credential(config.queue_client_id, limiter)
     return ApprovalSettings(
         state_dir=config.state_dir, queue_service_uri=config.queue_service_uri,
         queue_connection_string=config.queue_connection_string, credential=credential,

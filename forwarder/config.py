@@ -109,6 +109,9 @@ SETTINGS: Tuple[Setting, ...] = (
     # approvals, hooks, fast path (docs/approvals.md)
     Setting("queue_service_uri", "", "approval queues: https://<account>.queue.core.windows.net "
             "(managed identity); empty with no connection string: no central approvals"),
+    Setting("queue_client_id", "", "client id of the user-assigned identity that reads the approval "
+            "queue (empty: the VM's system-assigned identity, which the infra install scopes to this "
+            "VM's own queue)"),
     Setting("queue_connection_string", "", "approval queues via a connection string: Azurite/sandbox "
             "ONLY", secret=True),
     Setting("approval_fast_interval", 2.0, "seconds between approval-queue reads while this VM has a "

@@ -5,13 +5,56 @@ targetScope = 'subscription'
 
 @minLength(1)
 @maxLength(40)
-@description('Environment name (azd sets it); part of every resource name.')
+@description('Environment name (azd sets it); part of every resource name. At most 40 characters, so azd\'s deployment name <env>-<unix time> stays within ARM\'s 64.')
 param environmentName string
 
+// The regions that offer Flex Consumption (the Function app's plan): any other region is refused here,
+// before anything is created. Keep this list and the keys of zoneRedundantByRegion below equal
+// (tests/infra/test_regions.py). Source and date beside the table.
 @minLength(1)
-@description('Azure region of every resource.')
+@allowed([
+  'australiaeast'
+  'australiasoutheast'
+  'brazilsouth'
+  'canadacentral'
+  'centralindia'
+  'centralus'
+  'eastasia'
+  'eastus'
+  'eastus2'
+  'eastus2euap'
+  'francecentral'
+  'germanywestcentral'
+  'italynorth'
+  'japaneast'
+  'koreacentral'
+  'northcentralus'
+  'northeurope'
+  'norwayeast'
+  'southafricanorth'
+  'southcentralus'
+  'southeastasia'
+  'southindia'
+  'spaincentral'
+  'swedencentral'
+  'uaenorth'
+  'uksouth'
+  'ukwest'
+  'westcentralus'
+  'westeurope'
+  'westus'
+  'westus2'
+  'westus3'
+])
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+@description('Azure region of every resource: one that offers Flex Consumption (`az functionapp list-flexconsumption-locations`).')
 param location string
 
+@maxLength(90)
 @description('Resource group name; empty: rg-<environmentName>.')
 param resourceGroupName string = ''
 
@@ -66,13 +109,14 @@ param captureIntervalInSeconds int = 300
 param storagePublicNetworkAccess string = 'Enabled'
 
 @allowed([
+  ''
   'Standard_LRS'
   'Standard_ZRS'
   'Standard_GRS'
   'Standard_GZRS'
 ])
-@description('Storage redundancy.')
-param storageSkuName string = 'Standard_ZRS'
+@description('Storage redundancy; empty: by region (Standard_ZRS where the region has zone-redundant storage, else Standard_LRS).')
+param storageSkuName string = ''
 
 @allowed([
   'Enabled'
@@ -161,8 +205,57 @@ param heartbeatLogMarker string = 'se.heartbeat'
 @description('Log marker of a heartbeat that reports outbox drops (contract with the central package).')
 param outboxDropLogMarker string = 'se.outbox_dropped'
 
+@maxLength(3)
+@description('Appended to the Key Vault name. Empty normally; set it to take a new vault name instead of recovering a soft-deleted one (docs/deploy.md, "Provision again").')
+param keyVaultNameSuffix string = ''
+
 @description('Set by the deployment: the webhook secret expires one year after it.')
 param deploymentTime string = utcNow()
+
+// Per region of the allowed list: true = availability zones, so zone-redundant storage (Standard_ZRS)
+// and a zone-redundant Event Hubs namespace exist there; false = neither (Standard_LRS, no zones).
+// The one table of the template's regions; its keys = the @allowed list of `location`.
+// Sources, checked 2026-11-24: regions = Microsoft's Flex Consumption azd sample
+// (Azure-Samples/functions-quickstart-python-http-azd, infra/main.bicep, @allowed of `location`, commit
+// 0bb0f10); ZRS = learn.microsoft.com/azure/storage/common/redundancy-regions-zrs ("Standard storage
+// accounts"; eastus2euap is listed there for premium block blobs only). Flex Consumption adds regions
+// over time: `az functionapp list-flexconsumption-locations -o table` gives today's list.
+var zoneRedundantByRegion = {
+  australiaeast: true
+  australiasoutheast: false
+  brazilsouth: true
+  canadacentral: true
+  centralindia: true
+  centralus: true
+  eastasia: true
+  eastus: true
+  eastus2: true
+  eastus2euap: false
+  francecentral: true
+  germanywestcentral: true
+  italynorth: true
+  japaneast: true
+  koreacentral: true
+  northcentralus: false
+  northeurope: true
+  norwayeast: true
+  southafricanorth: true
+  southcentralus: true
+  southeastasia: true
+  southindia: false
+  spaincentral: true
+  swedencentral: true
+  uaenorth: true
+  uksouth: true
+  ukwest: false
+  westcentralus: false
+  westeurope: true
+  westus: false
+  westus2: true
+  westus3: true
+}
+var zoneRedundant = zoneRedundantByRegion[location]
+var storageSku = empty(storageSkuName) ? (zoneRedundant ? 'Standard_ZRS' : 'Standard_LRS') : storageSkuName
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var allTags = union(tags, {
@@ -173,6 +266,8 @@ var deploymentContainerName = 'app-package-${take(resourceToken, 10)}'
 var artifactsContainerName = 'forwarder-artifacts'
 var captureContainerName = 'eventhub-capture'
 var functionAppName = 'func-se-${resourceToken}'
+// Only whether a webhook URL was given leaves this file, never the (secure) URL itself.
+var hasWebhookSecret = !empty(alertWebhookUrl)
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: empty(resourceGroupName) ? 'rg-${environmentName}' : resourceGroupName
@@ -188,6 +283,7 @@ module identities 'app/identity.bicep' = {
     tags: allTags
     functionIdentityName: 'id-se-func-${resourceToken}'
     vmIdentityName: 'id-se-vm-${resourceToken}'
+    captureIdentityName: 'id-se-capture-${resourceToken}'
   }
 }
 
@@ -214,7 +310,7 @@ module storage 'app/storage.bicep' = {
     captureContainerName: captureContainerName
     captureEnabled: captureEnabled
     publicNetworkAccess: storagePublicNetworkAccess
-    skuName: storageSkuName
+    skuName: storageSku
   }
 }
 
@@ -227,7 +323,20 @@ module artifacts 'app/artifacts.bicep' = {
     storageAccountName: 'stsea${resourceToken}'
     containerName: artifactsContainerName
     publicNetworkAccess: storagePublicNetworkAccess
-    skuName: storageSkuName
+    skuName: storageSku
+  }
+}
+
+// Capture's role on its container first: the hub's module reads this module's output, so ARM deploys it
+// after the role assignment exists (no resource is used by an identity before its role is assigned).
+module captureAccess 'app/capture-access.bicep' = {
+  name: 'capture-access'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.accountName
+    captureContainerName: captureContainerName
+    captureEnabled: captureEnabled
+    capturePrincipalId: identities.outputs.captureIdentityPrincipalId
   }
 }
 
@@ -249,6 +358,9 @@ module eventHubs 'app/eventhubs.bicep' = {
     captureStorageAccountId: storage.outputs.accountId
     captureContainerName: captureContainerName
     captureIntervalInSeconds: captureIntervalInSeconds
+    captureIdentityId: identities.outputs.captureIdentityId
+    captureIdentityReady: captureAccess.outputs.captureIdentityReady
+    zoneRedundant: zoneRedundant
   }
 }
 
@@ -258,7 +370,7 @@ module keyVault 'app/keyvault.bicep' = {
   params: {
     location: location
     tags: allTags
-    keyVaultName: 'kv-se-${take(resourceToken, 15)}'
+    keyVaultName: 'kv-se-${take(resourceToken, 15)}${keyVaultNameSuffix}'
     publicNetworkAccess: keyVaultPublicNetworkAccess
     webhookSecretName: webhookSecretName
     alertWebhookUrl: alertWebhookUrl
@@ -273,14 +385,11 @@ module roles 'app/roles.bicep' = {
     storageAccountName: storage.outputs.accountName
     artifactsAccountName: artifacts.outputs.accountName
     artifactsContainerName: artifactsContainerName
-    captureContainerName: captureContainerName
-    captureEnabled: captureEnabled
     eventHubsNamespaceName: eventHubs.outputs.namespaceName
     eventHubName: eventHubs.outputs.hubName
-    eventHubsNamespacePrincipalId: eventHubs.outputs.namespacePrincipalId
     keyVaultName: keyVault.outputs.vaultName
     webhookSecretName: webhookSecretName
-    hasWebhookSecret: keyVault.outputs.hasWebhookSecret
+    hasWebhookSecret: hasWebhookSecret
     appInsightsName: monitoring.outputs.appInsightsName
     functionPrincipalId: identities.outputs.functionIdentityPrincipalId
     vmPrincipalId: identities.outputs.vmIdentityPrincipalId
@@ -311,7 +420,7 @@ module functionApp 'app/function.bicep' = {
     consumerGroupName: eventHubs.outputs.functionsConsumerGroupName
     appInsightsConnectionString: monitoring.outputs.connectionString
     policyJson: policyJson
-    webhookSecretUri: keyVault.outputs.webhookSecretUri
+    webhookSecretUri: hasWebhookSecret ? '${keyVault.outputs.vaultUri}secrets/${webhookSecretName}' : ''
     alertWebhookFormat: alertWebhookFormat
     tablePrefix: tablePrefix
     reevaluateSchedule: reevaluateSchedule
@@ -356,7 +465,9 @@ module workbook 'app/workbook.bicep' = {
   }
 }
 
-// azd reads these (AZURE_*), and the forwarder install takes the SE_FORWARDER_* values from them.
+// azd stores these in its environment (`azd env get-values`); infra/forwarder/install-on-vms.sh reads
+// them from there or from the deployment (its name does not matter: docs/deploy.md).
+output SE_ENVIRONMENT_NAME string = environmentName
 output AZURE_LOCATION string = location
 output AZURE_RESOURCE_GROUP string = rg.name
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.functionAppName
@@ -364,6 +475,7 @@ output EVENTHUB_NAMESPACE string = eventHubs.outputs.fullyQualifiedNamespace
 output EVENTHUB_NAME string = eventHubs.outputs.hubName
 output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGroupName
 output STORAGE_ACCOUNT_NAME string = storage.outputs.accountName
+output STORAGE_ACCOUNT_ID string = storage.outputs.accountId
 output QUEUE_SERVICE_URI string = storage.outputs.queueEndpoint
 output TABLE_SERVICE_URI string = storage.outputs.tableEndpoint
 output FORWARDER_ARTIFACTS_URL string = artifacts.outputs.containerUrl

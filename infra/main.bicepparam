@@ -1,6 +1,9 @@
 // Parameters of infra/main.bicep. azd and `az deployment sub create -p` both read this file.
 // Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set SE_ALERT_EMAIL (required:
-// the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL, SE_POLICY_JSON, SE_AUTHN_TRUST_PEM.
+// the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL,
+// SE_AUTHN_TRUST_PEM, SE_KEY_VAULT_SUFFIX and SE_POLICY_JSON.
+// The policy is the file infra/policy.json (checked by `se-policy check` before every provision: azd's
+// preprovision hook, the az steps in docs/deploy.md); SE_POLICY_JSON, when set, replaces it.
 using './main.bicep'
 
 param environmentName = readEnvironmentVariable('AZURE_ENV_NAME', 'scheduled-events')
@@ -8,7 +11,8 @@ param location = readEnvironmentVariable('AZURE_LOCATION')
 param alertEmailAddress = readEnvironmentVariable('SE_ALERT_EMAIL')
 param alertWebhookUrl = readEnvironmentVariable('SE_ALERT_WEBHOOK_URL', '')
 param alertWebhookFormat = 'generic'
-param policyJson = readEnvironmentVariable('SE_POLICY_JSON', '')
+param policyJson = empty(readEnvironmentVariable('SE_POLICY_JSON', '')) ? loadTextContent('policy.json') : readEnvironmentVariable('SE_POLICY_JSON', '')
+param keyVaultNameSuffix = readEnvironmentVariable('SE_KEY_VAULT_SUFFIX', '')
 param authnTrustPem = readEnvironmentVariable('SE_AUTHN_TRUST_PEM', '')
 param eventHubPartitionCount = 4
 param captureEnabled = false

@@ -6,7 +6,8 @@ No Bicep compiler runs here, so this checks what matters most when it cannot:
   (every required one present, none unknown);
 - symbols: every identifier used is declared (params, vars, resources, modules, outputs, types,
   functions, loop and lambda variables) or is a Bicep standard-library function or decorator;
-- .bicepparam: the `using` target exists and every param it sets is declared there.
+- .bicepparam: the `using` target exists and every param it sets is declared there;
+- the compiler's and default linter's warnings that can be checked offline (tools/bicep_rules.py).
 
 `python -m tools.bicep_check infra` prints one finding per line and exits 1 if there is any.
 """
@@ -86,15 +87,15 @@ def parse(path: Path) -> ts.Tree:
     return _PARSER.parse(source)
 
 
-def _text(node: ts.Node) -> str:
+def node_text(node: ts.Node) -> str:
     return node.text.decode("utf-8") if node.text is not None else ""
 
 
-def _line(node: ts.Node) -> int:
+def line_of(node: ts.Node) -> int:
     return node.start_point[0] + 1
 
 
-def _walk(node: ts.Node) -> Iterator[ts.Node]:
+def walk(node: ts.Node) -> Iterator[ts.Node]:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -105,30 +106,31 @@ def _walk(node: ts.Node) -> Iterator[ts.Node]:
 def syntax_errors(path: Path, tree: Optional[ts.Tree] = None) -> List[Finding]:
     tree = tree or parse(path)
     found = []
-    for node in _walk(tree.root_node):
+    for node in walk(tree.root_node):
         if node.type == "ERROR" or node.is_missing:
-            what = f"missing {node.type}" if node.is_missing else f"syntax error near {_text(node)[:40]!r}"
-            found.append(Finding(str(path), _line(node), what))
+            near = node_text(node)[:40]
+            what = f"missing {node.type}" if node.is_missing else f"syntax error near {near!r}"
+            found.append(Finding(str(path), line_of(node), what))
     return found
 
 
-def _name_of(declaration: ts.Node) -> Optional[str]:
+def name_of(declaration: ts.Node) -> Optional[str]:
     named = declaration.child_by_field_name("name")
     if named is not None:
-        return _text(named)
+        return node_text(named)
     for child in declaration.children:
         if child.type == "identifier":
-            return _text(child)
+            return node_text(child)
     return None
 
 
-def _string_value(node: ts.Node) -> Optional[str]:
+def string_value(node: ts.Node) -> Optional[str]:
     """The content of a plain string literal (None when it interpolates)."""
     if node.type != "string":
         return None
     if any(c.type == "interpolation" for c in node.children):
         return None
-    return "".join(_text(c) for c in node.children if c.type in ("string_content", "escape_sequence"))
+    return "".join(node_text(c) for c in node.children if c.type in ("string_content", "escape_sequence"))
 
 
 def _property_key(prop: ts.Node) -> Optional[str]:
@@ -136,8 +138,8 @@ def _property_key(prop: ts.Node) -> Optional[str]:
     if key is None:
         return None
     if key.type in ("identifier", "compatible_identifier"):
-        return _text(key)
-    return _string_value(key)
+        return node_text(key)
+    return string_value(key)
 
 
 def object_properties(obj: ts.Node) -> Dict[str, ts.Node]:
@@ -152,7 +154,7 @@ def object_properties(obj: ts.Node) -> Dict[str, ts.Node]:
     return props
 
 
-def _body_object(declaration: ts.Node) -> Optional[ts.Node]:
+def body_object(declaration: ts.Node) -> Optional[ts.Node]:
     """The object body of a resource/module, through `if (...)` and `[for ...: ...]`."""
     for child in declaration.children:
         node = child
@@ -169,43 +171,43 @@ def declared_params(tree: ts.Tree) -> Dict[str, Param]:
     for node in tree.root_node.children:
         if node.type != "parameter_declaration":
             continue
-        name = _name_of(node)
+        name = name_of(node)
         if name is None:
             continue
         has_default = any(c.type == "=" for c in node.children)
-        nullable = any(c.type == "type" and _text(c).rstrip().endswith("?") for c in node.children)
+        nullable = any(c.type == "type" and node_text(c).rstrip().endswith("?") for c in node.children)
         params[name] = Param(name, required=not (has_default or nullable))
     return params
 
 
 def module_refs(tree: ts.Tree) -> List[ModuleRef]:
     refs = []
-    for node in _walk(tree.root_node):
+    for node in walk(tree.root_node):
         if node.type != "module_declaration":
             continue
-        target = next((_string_value(c) for c in node.children if c.type == "string"), None)
-        body = _body_object(node)
+        target = next((string_value(c) for c in node.children if c.type == "string"), None)
+        body = body_object(node)
         params: Dict[str, int] = {}
         given = True
         if body is not None and "params" in object_properties(body):
             value = object_properties(body)["params"]
             if value.type == "object":
-                params = {k: _line(v) for k, v in object_properties(value).items()}
+                params = {k: line_of(v) for k, v in object_properties(value).items()}
             else:
                 given = False
-        refs.append(ModuleRef(_name_of(node) or "?", target or "", _line(node), params, given))
+        refs.append(ModuleRef(name_of(node) or "?", target or "", line_of(node), params, given))
     return refs
 
 
 def _top_level_symbols(tree: ts.Tree) -> Set[str]:
     names: Set[str] = set()
-    for node in _walk(tree.root_node):
+    for node in walk(tree.root_node):
         if node.type in _DECLARATIONS:
-            name = _name_of(node)
+            name = name_of(node)
             if name:
                 names.add(name)
         elif node.type == "import_functionality":
-            names.update(_text(c) for c in node.children if c.type == "identifier")
+            names.update(node_text(c) for c in node.children if c.type == "identifier")
     return names
 
 
@@ -216,26 +218,26 @@ def _bound_by(node: ts.Node) -> Set[str]:
         for child in node.children:
             previous = child.prev_sibling
             if child.type == "identifier" and previous is not None and previous.type == "for":
-                names.add(_text(child))
+                names.add(node_text(child))
             if child.type == "for_loop_parameters":
-                names.update(_text(c) for c in child.children
+                names.update(node_text(c) for c in child.children
                              if c.type in ("loop_variable", "loop_enumerator"))
     elif node.type == "lambda_expression":
         first = node.children[0] if node.children else None
         if first is not None and first.type == "identifier":
-            names.add(_text(first))
+            names.add(node_text(first))
         elif first is not None:
-            names.update(_text(c) for c in _walk(first) if c.type == "identifier")
+            names.update(node_text(c) for c in walk(first) if c.type == "identifier")
     elif node.type == "user_defined_function":
         for params in node.children:
             if params.type == "parameters":
                 for param in params.children:
                     if param.type == "parameter":
-                        names.update(_text(c) for c in param.children[:1] if c.type == "identifier")
+                        names.update(node_text(c) for c in param.children[:1] if c.type == "identifier")
     return names
 
 
-def _is_declaration_name(node: ts.Node) -> bool:
+def is_declaration_name(node: ts.Node) -> bool:
     parent = node.parent
     if parent is None:
         return False
@@ -261,29 +263,29 @@ def undeclared(path: Path, tree: Optional[ts.Tree] = None) -> List[Finding]:
         if node.type == "call_expression":
             function = node.child_by_field_name("function")
             if function is not None and function.type == "identifier":
-                name = _text(function)
+                name = node_text(function)
                 in_decorator = node.parent is not None and node.parent.type == "decorator"
                 known = DECORATORS if in_decorator else STDLIB_FUNCTIONS
                 if name not in known and name not in declared:
                     kind = "decorator" if in_decorator else "function"
-                    found.append(Finding(str(path), _line(function), f"unknown {kind} {name!r}"))
+                    found.append(Finding(str(path), line_of(function), f"unknown {kind} {name!r}"))
                 for child in node.children:
                     if child != function:
                         visit(child, local)
                 return
         if node.type == "type" or node.type == "primitive_type":
             return  # type expressions name types, not values
-        if node.type == "identifier" and not _is_declaration_name(node):
-            name = _text(node)
+        if node.type == "identifier" and not is_declaration_name(node):
+            name = node_text(node)
             following = node.next_sibling
             adjacent = following is not None and following.start_byte == node.end_byte
-            if adjacent and following is not None and _text(following)[:1] == "(":
+            if adjacent and following is not None and node_text(following)[:1] == "(":
                 # Inside a multi-line array the grammar splits `f().x` into `f` and `().x`: a call.
                 if name not in STDLIB_FUNCTIONS and name not in declared:
-                    found.append(Finding(str(path), _line(node), f"unknown function {name!r}"))
+                    found.append(Finding(str(path), line_of(node), f"unknown function {name!r}"))
                 return
             if name not in declared and name not in local and name not in NAMESPACES:
-                found.append(Finding(str(path), _line(node), f"undeclared identifier {name!r}"))
+                found.append(Finding(str(path), line_of(node), f"undeclared identifier {name!r}"))
         for child in node.children:
             visit(child, local)
 
@@ -319,22 +321,23 @@ def check_bicepparam(path: Path, tree: ts.Tree) -> List[Finding]:
     using = next((n for n in tree.root_node.children if n.type == "using_statement"), None)
     if using is None:
         return [Finding(str(path), 1, "no `using` statement")]
-    target_text = next((_string_value(c) for c in using.children if c.type == "string"), None) or ""
+    target_text = next((string_value(c) for c in using.children if c.type == "string"), None) or ""
     target = (path.parent / target_text).resolve()
     if not target.is_file():
-        return [Finding(str(path), _line(using), f"using target {target_text!r} does not exist")]
+        return [Finding(str(path), line_of(using), f"using target {target_text!r} does not exist")]
     declared = declared_params(parse(target))
     found = []
     given: Set[str] = set()
     for node in tree.root_node.children:
         if node.type != "variable_declaration":    # a rewritten `param name = value`
             continue
-        name = _name_of(node) or ""
+        name = name_of(node) or ""
         given.add(name)
         if name not in declared:
-            found.append(Finding(str(path), _line(node), f"param {name!r} is not declared in {target_text}"))
+            message = f"param {name!r} is not declared in {target_text}"
+            found.append(Finding(str(path), line_of(node), message))
     for name in sorted(p.name for p in declared.values() if p.required and p.name not in given):
-        found.append(Finding(str(path), _line(using), f"required param {name!r} of {target_text} not set"))
+        found.append(Finding(str(path), line_of(using), f"required param {name!r} of {target_text} not set"))
     return found
 
 
@@ -345,7 +348,9 @@ def check_file(path: Path) -> List[Finding]:
         return errors
     if path.suffix == ".bicepparam":
         return check_bicepparam(path, tree)
-    return check_module_refs(path, tree) + undeclared(path, tree)
+    from tools.bicep_rules import warnings  # the compiler's warnings; that module imports this one
+
+    return check_module_refs(path, tree) + undeclared(path, tree) + warnings(path, tree)
 
 
 def bicep_files(root: Path) -> List[Path]:
@@ -373,61 +378,3 @@ def main(argv: Optional[List[str]] = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-# ---- app settings: the Bicep, central/app_settings.json and function_app.py's bindings agree ----
-
-def object_var_keys(path: Path, var_name: str) -> Set[str]:
-    """The keys of `var <var_name> = { ... }` in a Bicep file."""
-    tree = parse(path)
-    for node in tree.root_node.children:
-        if node.type == "variable_declaration" and _name_of(node) == var_name:
-            value = node.children[-1]
-            if value.type != "object":
-                raise ValueError(f"{path}: var {var_name} is not an object literal")
-            return set(object_properties(value))
-    raise ValueError(f"{path}: no var {var_name}")
-
-
-def load_json_targets(path: Path) -> List[Path]:
-    """Files a Bicep file reads with loadJsonContent('...'), resolved."""
-    tree = parse(path)
-    targets = []
-    for node in _walk(tree.root_node):
-        if node.type == "call_expression":
-            function = node.child_by_field_name("function")
-            if function is not None and _text(function) == "loadJsonContent":
-                arguments = node.child_by_field_name("arguments")
-                strings = [c for c in arguments.children if c.type == "string"] if arguments else []
-                first = strings[0] if strings else None
-                if first is not None and _string_value(first):
-                    targets.append((path.parent / (_string_value(first) or "")).resolve())
-    return targets
-
-
-def binding_setting_refs(bindings: List[Dict[str, object]]) -> Dict[str, Set[str]]:
-    """App setting names binding metadata reads: `%NAME%` values and `connection` prefixes."""
-    names: Set[str] = set()
-    prefixes: Set[str] = set()
-    for binding in bindings:
-        for key, value in binding.items():
-            if not isinstance(value, str):
-                continue
-            names.update(re.findall(r"%([^%]+)%", value))
-            if key == "connection" and value:
-                prefixes.add(value)
-    return {"names": names, "connection_prefixes": prefixes}
-
-
-def app_settings_findings(bicep_names: Set[str], listed: Set[str], refs: Dict[str, Set[str]]) -> List[str]:
-    """Every way the three can disagree, one message each (empty: they agree)."""
-    problems = [f"central/app_settings.json lists {n!r} but the Bicep sets no value for it"
-                for n in sorted(listed - bicep_names)]
-    problems += [f"the Bicep sets {n!r}, which central/app_settings.json does not list"
-                 for n in sorted(bicep_names - listed)]
-    problems += [f"a binding reads %{n}% but central/app_settings.json does not list it"
-                 for n in sorted(refs.get("names", set()) - listed)]
-    for prefix in sorted(refs.get("connection_prefixes", set())):
-        if prefix not in listed and not any(n.startswith(prefix + "__") for n in listed):
-            problems.append(f"a binding uses connection {prefix!r} but no {prefix} or {prefix}__* "
-                            "setting is listed")
-    return problems

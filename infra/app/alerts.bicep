@@ -79,7 +79,7 @@ AppTraces
 | where dropped > 0
 '''
 
-resource functionFailures 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource functionFailures 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: 'se-function-failures'
   location: location
   tags: tags
@@ -116,7 +116,7 @@ resource functionFailures 'Microsoft.Insights/scheduledQueryRules@2023-03-15-pre
   }
 }
 
-resource heartbeatsMissing 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource heartbeatsMissing 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: 'se-forwarder-heartbeats-missing'
   location: location
   tags: tags
@@ -162,7 +162,7 @@ resource heartbeatsMissing 'Microsoft.Insights/scheduledQueryRules@2023-03-15-pr
   }
 }
 
-resource outboxDrops 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource outboxDrops 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: 'se-forwarder-outbox-drops'
   location: location
   tags: tags

@@ -28,7 +28,7 @@ param skuName string
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   // checkov:skip=CKV_AZURE_35: the VMs download the bundle from any network they sit on (no private endpoint assumed); every read needs an Entra token of the VMs' identity (shared keys off, public blob access off).
-  // checkov:skip=CKV_AZURE_206: redundancy is the parameter storageSkuName (Standard_ZRS by default); the bundles are rebuilt from the repository (make wheelhouse) if lost. checkov cannot resolve a parameter here.
+  // checkov:skip=CKV_AZURE_206: redundancy is the parameter storageSkuName (by default Standard_ZRS where the region has it, else Standard_LRS); the bundles are rebuilt from the repository (make wheelhouse) if lost. checkov cannot resolve a parameter here.
   // checkov:skip=CKV_AZURE_43: the name is a parameter checkov cannot resolve; main.bicep builds it as 'stsea' + uniqueString (lowercase letters and digits, 18 characters).
   name: storageAccountName
   location: location

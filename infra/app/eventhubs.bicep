@@ -1,6 +1,7 @@
 // Event Hubs: the namespace (local/SAS auth off, TLS 1.2), the hub the forwarders publish to
 // (partition key = vmId keeps one VM in order), a consumer group for the central Functions and one for
-// analytics, and optional Capture to blob storage (authenticated with the namespace's own identity).
+// analytics, and optional Capture to blob storage (authenticated with a user-assigned identity whose
+// role main.bicep assigns before this module runs: app/capture-access.bicep).
 @description('Azure region.')
 param location string
 
@@ -56,6 +57,15 @@ param captureContainerName string
 @maxValue(900)
 param captureIntervalInSeconds int
 
+@description('Resource id of the user-assigned identity Capture writes with.')
+param captureIdentityId string
+
+@description('Its role on the Capture container exists (output of app/capture-access.bicep).')
+param captureIdentityReady bool
+
+@description('Zone redundancy: true only in a region with availability zones (main.bicep\'s region table).')
+param zoneRedundant bool
+
 resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
   name: namespaceName
   location: location
@@ -65,16 +75,19 @@ resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
     tier: 'Standard'
     capacity: capacity
   }
-  // The namespace's own identity writes Capture files (storage shared keys are off).
+  // Capture writes with this identity (storage shared keys are off); it has no other role.
   identity: {
-    type: 'SystemAssigned'
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${captureIdentityId}': {}
+    }
   }
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
     publicNetworkAccess: publicNetworkAccess
     isAutoInflateEnabled: false
-    zoneRedundant: true
+    zoneRedundant: zoneRedundant
   }
 }
 
@@ -84,7 +97,7 @@ resource hub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' = {
   properties: {
     partitionCount: partitionCount
     messageRetentionInDays: messageRetentionInDays
-    captureDescription: captureEnabled ? {
+    captureDescription: captureEnabled && captureIdentityReady ? {
       enabled: true
       encoding: 'Avro'
       intervalInSeconds: captureIntervalInSeconds
@@ -93,7 +106,8 @@ resource hub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' = {
       destination: {
         name: 'EventHubArchive.AzureBlockBlob'
         identity: {
-          type: 'SystemAssigned'
+          type: 'UserAssigned'
+          userAssignedIdentity: captureIdentityId
         }
         properties: {
           storageAccountResourceId: captureStorageAccountId
@@ -126,6 +140,5 @@ output namespaceName string = namespace.name
 output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'
 output hubId string = hub.id
 output hubName string = hub.name
-output namespacePrincipalId string = namespace.identity.principalId
 output functionsConsumerGroupName string = functionsConsumerGroup.name
 output analyticsConsumerGroupName string = analyticsConsumerGroup.name

@@ -74,7 +74,5 @@ resource webhookSecret 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!emp
 
 output vaultId string = vault.id
 output vaultName string = vault.name
-output webhookSecretName string = webhookSecretName
-output hasWebhookSecret bool = !empty(alertWebhookUrl)
-// Versionless URI: the app picks up a rotated secret without a redeploy.
-output webhookSecretUri string = empty(alertWebhookUrl) ? '' : '${vault.properties.vaultUri}secrets/${webhookSecretName}'
+// No output reads alertWebhookUrl (a secure parameter): main.bicep derives the secret's URI itself.
+output vaultUri string = vault.properties.vaultUri

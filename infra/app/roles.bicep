@@ -9,20 +9,11 @@ param artifactsAccountName string
 @description('Blob container of the forwarder artifacts (VMs read it while installing).')
 param artifactsContainerName string
 
-@description('Blob container of Event Hubs Capture.')
-param captureContainerName string
-
-@description('Capture is on: grant the namespace identity write access to its container.')
-param captureEnabled bool
-
 @description('Event Hubs namespace name.')
 param eventHubsNamespaceName string
 
 @description('Event Hub name.')
 param eventHubName string
-
-@description('Principal id of the Event Hubs namespace system identity (Capture).')
-param eventHubsNamespacePrincipalId string
 
 @description('Key Vault name.')
 param keyVaultName string
@@ -39,17 +30,15 @@ param appInsightsName string
 @description('Principal id of the Function app identity.')
 param functionPrincipalId string
 
-@description('Principal id of the VMs identity.')
+@description('Principal id of the VMs\' shared identity (sends events, reads the artifacts; no queue role).')
 param vmPrincipalId string
 
 var roles = {
   eventHubsDataReceiver: 'a638d3c7-ab3a-418d-83e6-5f17a39d4fde' // Azure Event Hubs Data Receiver
   eventHubsDataSender: '2b629674-e913-4c01-ae53-ef4638d8f975' // Azure Event Hubs Data Sender
   queueMessageSender: 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a' // Storage Queue Data Message Sender
-  queueMessageProcessor: '8a0f0c08-91a1-4084-bc3d-661d67233fed' // Storage Queue Data Message Processor
   tableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor
   blobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b' // Storage Blob Data Owner
-  blobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe' // Storage Blob Data Contributor
   blobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1' // Storage Blob Data Reader
   keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6' // Key Vault Secrets User
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb' // Monitoring Metrics Publisher
@@ -57,11 +46,6 @@ var roles = {
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
-}
-
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
-  parent: account
-  name: 'default'
 }
 
 resource artifactsAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -76,11 +60,6 @@ resource artifactsBlobService 'Microsoft.Storage/storageAccounts/blobServices@20
 resource artifactsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
   parent: artifactsBlobService
   name: artifactsContainerName
-}
-
-resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
-  parent: blobService
-  name: captureContainerName
 }
 
 resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' existing = {
@@ -225,17 +204,8 @@ resource vmHubSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
-// Take approvals from the queue: peek, get, delete. It cannot add a message, so a VM can never
-// send an approval, to itself or to another VM.
-resource vmQueueProcessor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(account.id, vmPrincipalId, roles.queueMessageProcessor)
-  scope: account
-  properties: {
-    principalId: vmPrincipalId
-    principalType: 'ServicePrincipal'
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.queueMessageProcessor)
-  }
-}
+// No VM role on the approval queues here: each VM's own identity gets Storage Queue Data Message
+// Processor on its own queue only, from the forwarder install (infra/forwarder/queue-access.bicep).
 
 // Download the wheelhouse and install scripts (CustomScript extension with managed identity).
 // Scope: the artifacts container only, read only.
@@ -246,19 +216,6 @@ resource vmArtifactsReader 'Microsoft.Authorization/roleAssignments@2022-04-01' 
     principalId: vmPrincipalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.blobDataReader)
-  }
-}
-
-// ---- Event Hubs Capture (the namespace's own identity) ----
-
-// Write Capture files. Scope: the capture container only.
-resource captureWriter 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (captureEnabled) {
-  name: guid(captureContainer.id, eventHubsNamespacePrincipalId, roles.blobDataContributor)
-  scope: captureContainer
-  properties: {
-    principalId: eventHubsNamespacePrincipalId
-    principalType: 'ServicePrincipal'
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.blobDataContributor)
   }
 }
 

@@ -34,7 +34,7 @@ param skuName string
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   // checkov:skip=CKV_AZURE_35: Flex Consumption without VNet integration reaches its host storage, deployment package, queues and tables over the public endpoint, and the VMs' forwarders reach their approval queues from any network; a default Deny would cut both. Every request needs an Entra token (shared keys off); storagePublicNetworkAccess=Disabled is the switch once private endpoints exist.
-  // checkov:skip=CKV_AZURE_206: redundancy is the parameter storageSkuName (Standard_ZRS by default; Standard_GZRS for geo-replication). checkov cannot resolve a parameter here.
+  // checkov:skip=CKV_AZURE_206: redundancy is the parameter storageSkuName (by default per region: Standard_ZRS where the region has zone-redundant storage, else Standard_LRS; Standard_GZRS for geo-replication). checkov cannot resolve a parameter here.
   // checkov:skip=CKV_AZURE_43: the name is a parameter checkov cannot resolve; main.bicep builds it as 'stse' + uniqueString (lowercase letters and digits, 17 characters) and @minLength/@maxLength bound it.
   name: storageAccountName
   location: location

@@ -1,7 +1,8 @@
 // The forwarder's config file (/etc/se-forwarder/config.json, or C:\ProgramData\se-forwarder\config.json)
 // built from the deployment's outputs. Keys are forwarder/config.py's setting keys (snake_case; the
 // same settings are also SE_FORWARDER_<KEY> env vars and --<key> flags). No secret is in it: the VM
-// authenticates with its user-assigned managed identity (client_id).
+// sends events with the shared user-assigned identity (client_id) and reads its approval queue with its
+// own system-assigned identity (queue_client_id empty).
 @description('Linux or Windows.')
 @allowed([
   'Linux'
@@ -33,6 +34,9 @@ var baseSettings = {
   eventhub_name: eventHubName
   client_id: vmIdentityClientId
   queue_service_uri: queueServiceUri
+  // Empty: the queue is read with the VM's system-assigned identity (Uniform: the scale set's), the one
+  // queue-access.bicep scopes to its own queue; client_id above stays the hub's shared identity.
+  queue_client_id: ''
   state_dir: stateDir
   hook_dir: hookDir
 }

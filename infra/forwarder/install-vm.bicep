@@ -1,9 +1,12 @@
 // Installs the forwarder on one existing VM with the CustomScript extension: the VM downloads the
-// wheelhouse bundle and the install script from the artifacts container with its user-assigned
+// wheelhouse bundle and the install script from the artifacts container with the shared user-assigned
 // managed identity (no SAS, no keys), installs offline (no PyPI), writes the config and starts the
 // service (systemd unit on Linux, a startup task on Windows). Run it in the VM's resource group.
-// Before: attach the identity (`az vm identity assign`, see docs/deploy.md): a partial PUT of an
-// existing VM from a template would have to restate the whole VM.
+// Approvals are per VM: the VM's own system-assigned identity gets the right to take messages from its
+// own queue vm-<vmId> only (queue-access.bicep, in the storage account's resource group).
+// Before: attach both identities (`az vm identity assign --identities [system] <VM_IDENTITY_ID>`,
+// install-on-vms.sh does it): a partial PUT of an existing VM from a template would have to restate it.
+@maxLength(64)
 @description('Name of the existing VM (in this deployment\'s resource group).')
 param vmName string
 
@@ -29,6 +32,9 @@ param vmIdentityClientId string
 @description('Queue service URI of the approval queues (QUEUE_SERVICE_URI output); empty: no central approvals.')
 param queueServiceUri string = ''
 
+@description('Resource id of the pipeline\'s storage account (STORAGE_ACCOUNT_ID output). The VM\'s system-assigned identity (attached before: install-on-vms.sh) gets Storage Queue Data Message Processor on its own queue there, and on no other.')
+param storageAccountId string
+
 @description('Extra forwarder settings (config keys of forwarder/config.py).')
 param extraSettings object = {}
 
@@ -40,7 +46,8 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-07-01' existing = {
 }
 
 module config 'config.bicep' = {
-  name: 'se-forwarder-config-${vmName}'
+  // A deployment name holds at most 64 characters: a short prefix, part of the name, a hash of all of it.
+  name: 'se-fwd-cfg-${take(vmName, 30)}-${uniqueString(resourceGroup().id, vmName)}'
   params: {
     osType: osType
     eventHubNamespace: eventHubNamespace
@@ -51,11 +58,28 @@ module config 'config.bicep' = {
   }
 }
 
+// The queue(s) and the role, in the storage account's resource group (and subscription).
+module queueAccess 'queue-access.bicep' = {
+  name: 'se-fwd-q-${take(vmName, 30)}-${uniqueString(resourceGroup().id, vmName)}'
+  scope: resourceGroup(split(storageAccountId, '/')[2], split(storageAccountId, '/')[4])
+  params: {
+    storageAccountName: last(split(storageAccountId, '/'))
+    principalId: vm.identity.principalId
+    vmIds: [
+      vm.properties.vmId
+    ]
+  }
+}
+
 var linuxCommand = 'bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-base64 ${config.outputs.settingsBase64}'
 var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install-forwarder.ps1 -Bundle se-forwarder-windows.zip -ConfigBase64 ${config.outputs.settingsBase64}'
 
 resource linuxInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' = if (osType == 'Linux') {
   parent: vm
+  // The forwarder reads its queue as soon as it starts: the role exists first.
+  dependsOn: [
+    queueAccess
+  ]
   name: 'se-forwarder-install-linux'
   location: vm.location
   properties: {
@@ -80,6 +104,10 @@ resource linuxInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' 
 
 resource windowsInstall 'Microsoft.Compute/virtualMachines/extensions@2024-07-01' = if (osType == 'Windows') {
   parent: vm
+  // The forwarder reads its queue as soon as it starts: the role exists first.
+  dependsOn: [
+    queueAccess
+  ]
   name: 'se-forwarder-install-windows'
   location: vm.location
   properties: {

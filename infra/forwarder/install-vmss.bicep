@@ -2,8 +2,12 @@
 // wheelhouse bundle and the install script from the artifacts container with its user-assigned
 // managed identity (no SAS, no keys), installs offline (no PyPI), writes the config and starts the
 // service (systemd unit on Linux, a startup task on Windows). Run it in the VM's resource group.
-// Before: attach the identity (`az vmss identity assign`, see docs/deploy.md): a partial PUT of an
-// existing VM from a template would have to restate the whole VM.
+// Approvals: a Uniform scale set's instances share one identity (its system-assigned one), so they are
+// isolated per scale set at best: that identity gets the right to take messages from the queues of the
+// instances listed in instanceVmIds, and of no other VM (queue-access.bicep).
+// Before: attach both identities (`az vmss identity assign --identities [system] <VM_IDENTITY_ID>`,
+// install-on-vms.sh does it): a partial PUT of an existing scale set would have to restate it.
+@maxLength(64)
 @description('Name of the existing scale set (in this deployment\'s resource group).')
 param vmssName string
 
@@ -29,6 +33,12 @@ param vmIdentityClientId string
 @description('Queue service URI of the approval queues (QUEUE_SERVICE_URI output); empty: no central approvals.')
 param queueServiceUri string = ''
 
+@description('Resource id of the pipeline\'s storage account (STORAGE_ACCOUNT_ID output).')
+param storageAccountId string
+
+@description('vmIds of the scale set\'s instances now (`az vmss list-instances --query "[].vmId"`): the scale set\'s one system-assigned identity gets Storage Queue Data Message Processor on each of their queues. An instance added later gets access when the install runs again.')
+param instanceVmIds array = []
+
 @description('Extra forwarder settings (config keys of forwarder/config.py).')
 param extraSettings object = {}
 
@@ -40,7 +50,8 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' existing = 
 }
 
 module config 'config.bicep' = {
-  name: 'se-forwarder-config-${vmssName}'
+  // A deployment name holds at most 64 characters: a short prefix, part of the name, a hash of all of it.
+  name: 'se-fwd-cfg-${take(vmssName, 30)}-${uniqueString(resourceGroup().id, vmssName)}'
   params: {
     osType: osType
     eventHubNamespace: eventHubNamespace
@@ -51,11 +62,26 @@ module config 'config.bicep' = {
   }
 }
 
+// The queue(s) and the role, in the storage account's resource group (and subscription).
+module queueAccess 'queue-access.bicep' = if (!empty(instanceVmIds)) {
+  name: 'se-fwd-q-${take(vmssName, 30)}-${uniqueString(resourceGroup().id, vmssName)}'
+  scope: resourceGroup(split(storageAccountId, '/')[2], split(storageAccountId, '/')[4])
+  params: {
+    storageAccountName: last(split(storageAccountId, '/'))
+    principalId: vmss.identity.principalId
+    vmIds: instanceVmIds
+  }
+}
+
 var linuxCommand = 'bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-base64 ${config.outputs.settingsBase64}'
 var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install-forwarder.ps1 -Bundle se-forwarder-windows.zip -ConfigBase64 ${config.outputs.settingsBase64}'
 
 resource linuxInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024-07-01' = if (osType == 'Linux') {
   parent: vmss
+  // The forwarder reads its queue as soon as it starts: the role exists first.
+  dependsOn: [
+    queueAccess
+  ]
   name: 'se-forwarder-install-linux'
   properties: {
     publisher: 'Microsoft.Azure.Extensions'
@@ -79,6 +105,10 @@ resource linuxInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024
 
 resource windowsInstall 'Microsoft.Compute/virtualMachineScaleSets/extensions@2024-07-01' = if (osType == 'Windows') {
   parent: vmss
+  // The forwarder reads its queue as soon as it starts: the role exists first.
+  dependsOn: [
+    queueAccess
+  ]
   name: 'se-forwarder-install-windows'
   properties: {
     publisher: 'Microsoft.Compute'

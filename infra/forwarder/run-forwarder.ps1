@@ -20,7 +20,8 @@ $env:SE_FORWARDER_STATE_DIR = $StateDir
 $env:PYTHONUNBUFFERED = "1"
 $delay = 5
 while ($true) {
-    if ((Test-Path $log) -and ((Get-Item $log).Length -gt 10MB)) { Move-Item -Force $log "$log.1" }
+    # 10mb = 10MB in PowerShell; the lower-case form is the one tree-sitter-powershell (make test) reads as a number.
+    if ((Test-Path $log) -and ((Get-Item $log).Length -gt 10mb)) { Move-Item -Force $log "$log.1" }
     $started = Get-Date
     & $exe run --config $Config *>> $log
     $code = $LASTEXITCODE

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from tools.bicep_check import (
+from tools.bicep_settings import (
     app_settings_findings,
     binding_setting_refs,
     load_json_targets,

@@ -18,7 +18,7 @@ MODULE = """
 param name string
 param size int = 1
 param maybe string?
-output id string = name
+output id string = '${name}-${size}-${maybe ?? ''}'
 """
 
 
@@ -90,7 +90,8 @@ def test_undeclared_identifier(tmp_path: Path) -> None:
 
 
 def test_loop_variable_out_of_scope(tmp_path: Path) -> None:
-    found = _findings(tmp_path, {"main.bicep": "var xs = [for x in range(0, 2): x]\noutput o int = x\n"})
+    main_bicep = "var xs = [for x in range(0, 2): x]\noutput o int = x\noutput n int = length(xs)\n"
+    found = _findings(tmp_path, {"main.bicep": main_bicep})
     assert found == ["undeclared identifier 'x'"]
 
 
@@ -100,7 +101,7 @@ def test_unknown_function_and_decorator(tmp_path: Path) -> None:
 
 
 def test_unknown_function_inside_a_multiline_array(tmp_path: Path) -> None:
-    found = _findings(tmp_path, {"main.bicep": "var a = [\n  resourceGroupp().id\n]\n"})
+    found = _findings(tmp_path, {"main.bicep": "var a = [\n  resourceGroupp().id\n]\noutput o array = a\n"})
     assert found == ["unknown function 'resourceGroupp'"]
 
 
