@@ -81,6 +81,7 @@ class FleetSettings:
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
     central_instances: int = 2                  # Functions runner processes sharing the hub and the store
+    authenticate: bool = True                   # forwarders sign envelopes; central verifies them
 
 
 class Fleet:
@@ -150,6 +151,8 @@ class Fleet:
         self.servers["eventhubs"] = processes.start_eventhubs(
             (f"{HUB}=4",), log_dir=self.work, args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
+        if s.authenticate:  # the simulator's own test PKI signs attested documents; central trusts its root
+            imds_args += ["--attestation-dir", str(self.work / "attestation")]
         for vm in s.vms:
             imds_args += ["--vm", vm.simulator_arg()]
         self.servers["imds"] = processes.start_imds(imds_args, log_dir=self.work)
@@ -233,6 +236,8 @@ class Fleet:
             "REEVALUATE_SCHEDULE": s.reevaluate_schedule,
             "LEADER_LIVENESS_SECONDS": "60",
         }
+        if s.authenticate:
+            values["AUTHN_TRUST_PEM"] = (self.work / "attestation" / "trust.pem").read_text()
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
         self.settings_file.write_text(json.dumps(
             {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}}}, indent=2))
@@ -276,7 +281,8 @@ class Fleet:
                 "--approval-fast-interval", f"{s.approval_fast_interval:g}",
                 "--approval-slow-interval", f"{s.approval_slow_interval:g}",
                 "--approval-visibility-timeout", "60", "--hook-dir", str(hook_dir), "--hook-timeout", "20",
-                "--local-approve", "true" if s.local_approve else "false"]
+                "--local-approve", "true" if s.local_approve else "false",
+                "--authenticate", "true" if s.authenticate else "false"]
         # Connection strings through the environment, not argv (ps shows argv to every local user).
         env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
         env["SE_FORWARDER_EVENTHUB_CONNECTION_STRING"] = processes.eventhubs_connection_string(

@@ -41,7 +41,8 @@ def run(work: Path = WORK, say: Callable[[str], None] = print,
     began = time.monotonic()
     try:
         say(f"starting Azurite, Event Hubs, the IMDS simulator ({len(settings.vms)} VMs, time scale "
-            f"{settings.time_scale:g}), the webhook receiver, the Functions runner and "
+            f"{settings.time_scale:g}), the webhook receiver, {settings.central_instances} Functions runner "
+            f"instances (central; sender authentication {'on' if settings.authenticate else 'off'}) and "
             f"{len(settings.vms)} forwarders (logs in {work})")
         fleet.start()
         fleet.wait_until_central_knows_every_vm()

@@ -115,6 +115,7 @@ class Evidence:
     alerts: List[Dict[str, Any]]         # webhook receiver: {path, body, at}
     hooks: List[Dict[str, Any]]          # the drain hook's own record
     tables: Dict[str, List[Dict[str, Any]]]
+    instances: List[Dict[str, Any]] = field(default_factory=list)  # /api/health of each central instance
 
     def posts_for(self, event_id: str) -> List[Dict[str, Any]]:
         return [p for p in self.posts if event_id in posted_ids(p)]
@@ -157,6 +158,7 @@ def collect(fleet: Fleet, plan: List[Scene]) -> Evidence:
         alerts=webhook_alerts(fleet),
         hooks=hooks,
         tables=table_rows(fleet.storage, ["Events", "Decisions", "Incarnations", "Alerts"]),
+        instances=[fleet.central("health", instance=i) for i in range(len(fleet.runner_names))],
     )
 
 
@@ -251,4 +253,14 @@ def _check_global(plan: List[Scene], ev: Evidence) -> List[Check]:
     failed = [r for r in ev.tables["Decisions"] if r.get("State") in ("approval-failed", "no-leader")]
     add("no approval failed, no leaderless event", not failed,
         f"{[(r.get('EventId'), r.get('State'), r.get('Reason')) for r in failed]}")
+    if len(ev.instances) > 1:
+        views = [(h.get("knownVms"), h.get("openEvents")) for h in ev.instances]
+        add(f"every central instance ({len(ev.instances)}) answers from the same shared state",
+            len(set(views)) == 1, f"(knownVms, openEvents) per instance: {views}")
+    auth = [h.get("senderAuthentication") or {} for h in ev.instances]
+    if any(a.get("enabled") for a in auth):
+        accepted = sum(int(a.get("accepted", 0)) for a in auth)
+        refused = sum(int(a.get("refused", 0)) for a in auth)
+        add("every envelope authenticated as its VM (attested document + signature), none refused",
+            accepted > 0 and refused == 0, f"accepted {accepted}, refused {refused}")
     return checks
