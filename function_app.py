@@ -43,6 +43,11 @@ def _json(body: Any, status_code: int = 200) -> func.HttpResponse:
     )
 
 
+def _error(message: str, status_code: int) -> func.HttpResponse:
+    """Every error this app answers: {"error": "<what is wrong and what to do>", "status": <code>}."""
+    return _json({"error": message, "status": status_code}, status_code)
+
+
 # Bad envelopes never raise (central quarantines them); only infrastructure failures (Storage
 # unreachable...) raise, so the host's retry policy (host.json "retry") runs the batch again before the
 # checkpoint moves on. The hub's enqueued time is central's clock for liveness and ordering.
@@ -85,36 +90,49 @@ def pending(req: func.HttpRequest) -> func.HttpResponse:
     return _json(central().pending())
 
 
+@app.route(route="events/{event_id}", methods=[func.HttpMethod.GET])
+def event(req: func.HttpRequest) -> func.HttpResponse:
+    """One event, open or ended, with its decision history (EventIds match in any case)."""
+    try:
+        return _json(central().event(req.route_params["event_id"]))
+    except LookupError as exc:
+        return _error(str(exc), 404)
+
+
 @app.route(route="events/{event_id}/{action:alpha}", methods=[func.HttpMethod.POST])
 def decide(req: func.HttpRequest) -> func.HttpResponse:
-    """Approve or hold one event by hand. Body: {"reason": "...", "operator": "..."}.
+    """approve | hold | release one event by hand. Body: {"reason": "...", "operator": "..."} and, for
+    approve, optionally "hook": true (the VM runs its pre-approve hook, e.g. a drain, first).
 
     The operator is the signed-in principal when App Service authentication is on (the platform sets
     X-MS-CLIENT-PRINCIPAL-NAME and strips it from clients); otherwise the body's `operator`, which
     the function key alone vouches for.
     """
     if len(req.get_body()) > MAX_DECISION_BODY:  # an operator decision is a few hundred bytes
-        return _json({"error": f"the body is larger than {MAX_DECISION_BODY} bytes; send "
-                               '{"reason": "...", "operator": "..."} only'}, 413)
+        return _error(f"the body is larger than {MAX_DECISION_BODY} bytes; send "
+                      '{"reason": "...", "operator": "..."} only', 413)
     try:
         body = req.get_json() if req.get_body() else {}
     except ValueError:
-        return _json({"error": 'the body must be JSON: {"reason": "...", "operator": "..."}'}, 400)
+        return _error('the body must be JSON: {"reason": "...", "operator": "..."}', 400)
     if not isinstance(body, dict):
-        return _json({"error": "the body must be a JSON object"}, 400)
+        return _error("the body must be a JSON object", 400)
     operator = req.headers.get("x-ms-client-principal-name") or str(body.get("operator") or "").strip()
     reason = str(body.get("reason") or "").strip()
+    hook = body.get("hook", False)
     action = req.route_params["action"].lower()
-    if action not in ("approve", "hold"):
-        return _json({"error": f"unknown action {action!r}: approve | hold"}, 404)
+    if action not in ("approve", "hold", "release"):
+        return _error(f"unknown action {action!r}: approve | hold | release", 404)
     if not operator or not reason:
-        return _json({"error": "an operator and a reason are required"}, 400)
+        return _error("an operator and a reason are required", 400)
+    if not isinstance(hook, bool):
+        return _error('"hook" must be true or false', 400)
     try:
-        outcome = central().decide(req.route_params["event_id"], action, operator, reason)
+        outcome = central().decide(req.route_params["event_id"], action, operator, reason, hook=hook)
     except LookupError as exc:
-        return _json({"error": str(exc)}, 404)
+        return _error(str(exc), 404)
     except ValueError as exc:
-        return _json({"error": str(exc)}, 409)
+        return _error(str(exc), 409)
     return _json(outcome)
 
 

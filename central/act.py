@@ -319,6 +319,7 @@ def _unsend(rec: EventRecord, attempt: int) -> bool:
 def build(rec: EventRecord, alert: Alert) -> Alert:
     """An event's alert as delivered: the event's current facts and decision."""
     last = rec.approvals[-1] if rec.approvals else None
+    own = dict(alert.facts or {})  # what the alert itself carries (an operator's decision) stays
     alert.facts = {
         "eventId": rec.event_id,
         "eventType": rec.event_type,
@@ -332,6 +333,7 @@ def build(rec: EventRecord, alert: Alert) -> Alert:
         "reason": rec.decision.get("reason", ""),
         "leader": last.vm_name if last else "",
         "reportedBy": len(rec.reported_by),
+        **own,
     }
     if alert.kind == "event-status":
         status = alert.status or rec.status

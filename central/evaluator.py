@@ -189,6 +189,8 @@ def apply(
             )
         )
     decision = record(rec, verdict, now, message_id)
+    if verdict.action == "operator-release":
+        rec.operator_hold = False
     if verdict.decided_by.startswith("operator:") and verdict.action == "operator-hold":
         rec.operator_hold = True
         if out is not None and out.revocable(now):  # committed, never enqueued, its sender gone

@@ -43,6 +43,7 @@ APPROVAL_MARKER = "se.approval eventId=%s eventType=%s outcome=%s vmId=%s latenc
 QUARANTINE_MARKER = "se.quarantined origin=%s vmId=%s"
 ALERT_MARKER = "se.alert kind=%s outcome=%s"
 STORE_ERROR_MARKER = "se.store_error operation=%s"
+OPERATOR_MARKER = "se.operator eventId=%s action=%s operator=%s reason=%s"  # the reason (last) has spaces
 # read by the Azure Monitor alert rules too (infra/app/alerts.bicep; tests/central holds them together)
 HEARTBEAT_MARKER = "se.heartbeat vmId=%s name=%s backlog=%d"
 OUTBOX_DROPPED_MARKER = "se.outbox_dropped vmId=%s name=%s dropped=%d previously=%d"

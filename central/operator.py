@@ -1,20 +1,25 @@
-"""An operator's decisions as pure verdicts (the HTTP routes' approve and hold): who decided is recorded
-as decidedBy "operator:<name>" with rule "operator" (decide.OPERATOR_RULE), like every decision."""
+"""An operator's decisions as pure verdicts (the HTTP routes' approve, hold and release): who decided is
+recorded as decidedBy "operator:<name>" with rule "operator" (decide.OPERATOR_RULE), like every decision."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from .alerts import ALERT_LEASE, Alert
 from .decide import NOTHING, OPERATOR_RULE, DecideConfig, FleetView, Verdict, approval
 from .registry import EventRecord
 from .timeutil import iso
 
+OPERATOR_ACTIONS = ("approve", "hold", "release")
+
 
 def operator_approve(
-    event: EventRecord, fleet: FleetView, now: datetime, config: DecideConfig, operator: str, reason: str
+    event: EventRecord, fleet: FleetView, now: datetime, config: DecideConfig, operator: str, reason: str,
+    hook: bool = False,
 ) -> Verdict:
-    """An operator's approve: now, to the elected leader, windows and budgets aside. kind "none" when an
-    approval is already outstanding (the hold, if any, is lifted). Check `unapprovable` first."""
+    """An operator's approve: now, to the elected leader, windows and budgets aside; `hook`: the VM runs its
+    pre-approve hook (drain) first. kind "none" when an approval is already outstanding (the hold, if any,
+    is lifted). Check `unapprovable` first."""
     if event.outstanding is not None and now < event.outstanding.expires_at:
         return NOTHING
     by = f"operator:{operator}"
@@ -23,7 +28,7 @@ def operator_approve(
         fleet,
         now,
         config,
-        "approve",
+        "hook-then-approve" if hook else "approve",
         by,
         reason,
         "operator-approve",
@@ -56,3 +61,26 @@ def operator_hold(event: EventRecord, operator: str, reason: str, now: datetime)
             f"(it expires at {iso(out.expires_at)})"
         )
     return Verdict("record", "operator-hold", "held", OPERATOR_RULE, reason + note, "warning", by)
+
+
+def operator_release(event: EventRecord, operator: str, reason: str) -> Verdict:
+    """Release an operator's hold: the policy decides the event again at once (central.service)."""
+    return Verdict("record", "operator-release", "new", OPERATOR_RULE,
+                   reason + "; the policy decides it again", "info", f"operator:{operator}")
+
+
+def operator_alert(rec: EventRecord, verdict: Verdict, who: str, why: str, now: datetime) -> Alert:
+    """Every operator decision is alerted: who, what, why (the event owes it, delivered at least once)."""
+    what = verdict.action.replace("operator-", "")
+    return Alert(
+        f"{rec.event_id}:operator:{rec.decision_seq}",
+        "operator-decision",
+        "info" if what == "release" else "warning",
+        f"{who} chose {what} for {rec.event_type} {rec.event_id}",
+        f"{who} chose {what}: {why}. {verdict.reason}"[:2000],
+        now,
+        rec.event_id,
+        rec.status,
+        facts={"operator": who, "action": what, "reason": why[:500], "eventId": rec.event_id},
+        next_try=now + ALERT_LEASE,
+    )

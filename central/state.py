@@ -115,6 +115,15 @@ class FleetState:
         self._remember_ended(rec)
         return rec, False
 
+    def find_event_any_case(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
+        """find_event for an id an operator typed: Azure's EventIds are upper-case GUIDs, people paste
+        them in any case."""
+        for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
+            rec, active = self.find_event(candidate)
+            if rec is not None:
+                return rec, active
+        return None, False
+
     def _remember_ended(self, rec: EventRecord) -> None:
         self.ended[rec.event_id] = rec
         while len(self.ended) > ENDED_CACHE:

@@ -8,11 +8,14 @@ from typing import Any, Dict, List, Optional
 
 from azure.core.exceptions import AzureError
 
+from .logrows import day
 from .policy import Policy
+from .registry import EventRecord
 from .results import UnknownEvent
 from .settings import CentralSettings
 from .state import FleetState
-from .store import StoreError
+from .store import StoreError, TableLog, safe_key
+from .timeutil import aware, iso
 
 
 def pending(state: FleetState) -> List[Dict[str, Any]]:
@@ -25,13 +28,46 @@ def pending(state: FleetState) -> List[Dict[str, Any]]:
     ]
 
 
-def event(state: FleetState, event_id: str) -> Dict[str, Any]:
-    """One event, open or ended (any time ago)."""
+HISTORY_LIMIT = 500  # decision and result rows shown for one event
+
+
+def event(state: FleetState, event_id: str, now: datetime) -> Dict[str, Any]:
+    """One event, open or ended (any time ago; the id in any case), with its decision history: every
+    Decisions row (decisions, approval results, shadow verdicts), oldest first."""
     state.refresh()
-    rec, _ = state.find_event(event_id)
+    rec, _ = state.find_event_any_case(event_id)
     if rec is None:
         raise UnknownEvent(f"no event {event_id!r} is known to central")
-    return rec.view()
+    view = rec.view()
+    view["decisions"] = history(state.store, rec, now)
+    return view
+
+
+def history(store: TableLog, rec: EventRecord, now: datetime) -> List[Dict[str, Any]]:
+    last = (rec.ended_at or now) + timedelta(days=1)  # a result is logged on the VM's day: one more
+    found = store.query(
+        "Decisions",
+        "PartitionKey ge @d0 and PartitionKey le @d1 and RowKey ge @lo and RowKey lt @hi",
+        {"d0": day(rec.first_seen - timedelta(days=1)), "d1": day(last),
+         "lo": safe_key(rec.event_id + "_"), "hi": safe_key(rec.event_id + "`")},
+    )
+    rows = sorted((r for r in found if r.get("EventId") == rec.event_id), key=lambda r: (str(r.get("At")),
+                                                                                         r["RowKey"]))
+    return [
+        {
+            "at": iso(aware(r["At"])) if isinstance(r.get("At"), datetime) else r.get("At"),
+            "action": r.get("Action"),
+            "state": r.get("State"),
+            "rule": r.get("Rule"),
+            "reason": r.get("Reason"),
+            "severity": r.get("Severity"),
+            "decidedBy": r.get("DecidedBy"),
+            "leaderVmName": r.get("LeaderVmName") or None,
+            "messageId": r.get("MessageId") or None,
+            "shadow": bool(r.get("Shadow")),
+        }
+        for r in rows[:HISTORY_LIMIT]
+    ]
 
 
 def health(

@@ -27,6 +27,21 @@ _CONSTRAINTS = {
 }
 
 
+def route_precedence(template: str) -> Tuple[int, ...]:
+    """ASP.NET Core's order for templates that match one path: per segment, a literal before a constrained
+    parameter before a plain one before a catch-all (so `events/pending` wins over `events/{id}`)."""
+    ranks = []
+    for segment in [s for s in template.strip("/").split("/") if s]:
+        match = _PARAMETER.match(segment)
+        if not match:
+            ranks.append(0)
+        elif match.group(1):
+            ranks.append(3)
+        else:
+            ranks.append(1 if match.group(3) else 2)
+    return tuple(ranks)
+
+
 def route_pattern(template: str) -> re.Pattern:
     """An ASP.NET-style route template (`a/{id}`, `{id:int}`, `{opt?}`, `{*rest}`) as a regex."""
     pattern = ""
@@ -53,6 +68,7 @@ class HttpRoute:
     pattern: re.Pattern
     methods: Optional[List[str]]  # None: every method
     auth_level: str
+    template: str = ""
 
 
 class KeyStore:
@@ -83,7 +99,8 @@ class HttpTriggers:
     def __init__(
         self, specs: List[FunctionSpec], settings: AppSettings, route_prefix: str, port: int
     ) -> None:
-        self.routes = [self._route(spec, settings) for spec in specs]
+        self.routes = sorted((self._route(spec, settings) for spec in specs),
+                             key=lambda r: route_precedence(r.template))
         self.prefix = f"/{route_prefix}" if route_prefix else ""
         self.keys = KeyStore(settings.keys)
         if not (self.keys.master or self.keys.host or self.keys.functions):
@@ -99,9 +116,8 @@ class HttpTriggers:
         trigger = spec.trigger
         template = str(settings.resolve(trigger.get("route") or spec.name))
         methods = [str(m).upper() for m in trigger["methods"]] if trigger.get("methods") else None
-        return HttpRoute(
-            spec, route_pattern(template), methods, str(trigger.get("authLevel", "function")).lower()
-        )
+        auth = str(trigger.get("authLevel", "function")).lower()
+        return HttpRoute(spec, route_pattern(template), methods, auth, template)
 
     @property
     def port(self) -> int:

@@ -55,6 +55,7 @@ def test_functions_and_their_trigger_types() -> None:
         "ingest": "eventHubTrigger",
         "reevaluate": "timerTrigger",
         "pending": "httpTrigger",
+        "event": "httpTrigger",
         "decide": "httpTrigger",
         "health": "httpTrigger",
     }
@@ -80,6 +81,7 @@ def test_http_routes_methods_and_function_auth_level() -> None:
     }
     assert routes == {
         "pending": ("events/pending", ("GET",), "function"),
+        "event": ("events/{event_id}", ("GET",), "function"),
         "decide": ("events/{event_id}/{action:alpha}", ("POST",), "function"),
         "health": ("health", ("GET",), "function"),
     }
