@@ -99,7 +99,7 @@ def event(req: func.HttpRequest) -> func.HttpResponse:
         return _error(str(exc), 404)
 
 
-@app.route(route="events/{event_id}/{action:alpha}", methods=[func.HttpMethod.POST])
+@app.route(route="events/{event_id}/{action}", methods=[func.HttpMethod.POST])
 def decide(req: func.HttpRequest) -> func.HttpResponse:
     """approve | hold | release one event by hand. Body: {"reason": "...", "operator": "..."} and, for
     approve, optionally "hook": true (the VM runs its pre-approve hook, e.g. a drain, first).

@@ -8,7 +8,7 @@ import re
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import azure.functions as func
@@ -224,5 +224,12 @@ def _handler(triggers: HttpTriggers) -> type:
             log.debug("http: " + format, *args)
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+        def __getattr__(self, name: str) -> Any:
+            # any other method (TRACE, QUERY, ...) reaches the router too: a method a route does not list
+            # is 405 with Allow, as on the host (the standard library would answer 501 with an HTML page)
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
 
     return Handler

@@ -82,7 +82,7 @@ def test_http_routes_methods_and_function_auth_level() -> None:
     assert routes == {
         "pending": ("events/pending", ("GET",), "function"),
         "event": ("events/{event_id}", ("GET",), "function"),
-        "decide": ("events/{event_id}/{action:alpha}", ("POST",), "function"),
+        "decide": ("events/{event_id}/{action}", ("POST",), "function"),
         "health": ("health", ("GET",), "function"),
     }
 
