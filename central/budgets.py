@@ -10,9 +10,14 @@ a tag, or the whole fleet (`groupBy: "fleet"`, one group). Its limit is `maxImpa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set
 
 from .vms import VmState
+
+# A percentage budget's base: the group's VMs heard from within this (a VM deleted long ago, or whose
+# forwarder was removed, no longer makes the group look bigger than it is).
+KNOWN_WITHIN = timedelta(hours=24)
 
 if TYPE_CHECKING:  # policy imports this module
     from .policy import Budget

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
+from .budgets import KNOWN_WITHIN, BudgetBlock, group_members
 from .leader import elect
-from .policy import Budget, Policy
+from .policy import Budget, Policy, window_wait
 from .registry import EventRecord
 from .timeutil import iso
 from .vms import VmState
@@ -48,6 +49,9 @@ class FleetView:
     vms_by_name: Mapping[str, VmState]
     open_events: Sequence[EventRecord]
     liveness: timedelta = timedelta(seconds=300)  # DecideConfig.liveness
+    # every VM central knows, read when a percentage budget needs group sizes (None: those in vms_by_name)
+    known: Optional[Callable[[], Sequence[VmState]]] = None
+    _sizes: Dict[str, Dict[str, int]] = field(default_factory=dict)
     _groups: Dict[str, Dict[str, Dict[str, Set[str]]]] = field(
         default_factory=dict
     )  # budget->group->vm->events
@@ -87,6 +91,16 @@ class FleetView:
         """An event this pass just approved now counts against every budget already counted."""
         for name, groups in self._groups.items():
             self._add(groups, self._budgets[name], event, now)
+
+    def group_size(self, budget: Budget, group: str, now: datetime) -> int:
+        """VMs of `group` heard from within budgets.KNOWN_WITHIN (a percentage budget's base)."""
+        sizes = self._sizes.get(budget.name)
+        if sizes is None:
+            vms = self.known() if self.known is not None else list(self.vms_by_name.values())
+            recent = [vm for vm in vms if vm.last_seen is not None and now - vm.last_seen <= KNOWN_WITHIN]
+            sizes = {g: len(m) for g, m in group_members(budget, recent).items()}
+            self._sizes[budget.name] = sizes
+        return sizes.get(group, 0)
 
     def busy(self, budget: Budget, group: str, event_id: str, now: datetime) -> Set[str]:
         """VM ids of `group` impacted by events other than `event_id`."""
@@ -202,14 +216,14 @@ def _by_policy(
     if rule.action == "approve-in-window":
         window = policy.windows[rule.window or ""]
         msg_action = "hook-then-approve" if rule.hook else "approve"
-        if not window.contains(now):
-            nxt = window.next_open(now)
+        wait = window_wait(window, now, event.not_before)
+        if not wait.open_now:  # the reason says so when the window opens only after NotBefore
             return Verdict(
                 "record",
                 "approve-in-window",
                 "waiting-window",
                 rule.name,
-                f"waiting for window {window.name} (next opens {iso(nxt) if nxt else 'never'})",
+                wait.reason(),
                 rule.severity,
                 by,
                 timed_out=timed_out,
@@ -246,16 +260,12 @@ def budget_wait(
                 mine.setdefault(group, set()).add(vm.vm_id)
         for group, members in sorted(mine.items()):
             busy = fleet.busy(b, group, event.event_id, now) - members
-            if len(busy) + len(members) > b.max_impacted:
-                if not busy:
-                    return (
-                        f"budget {b.name}: this event alone affects {len(members)} VMs of {group}, "
-                        f"more than {b.max_impacted}; held until NotBefore or an operator approves"
-                    )
-                return (
-                    f"budget {b.name}: {len(busy)} VM(s) of {group} already impacted, "
-                    f"{len(members)} more would pass {b.max_impacted}"
-                )
+            size = len(members)
+            if b.percent is not None:
+                size = max(fleet.group_size(b, group, now), size)
+            limit = b.limit(size)
+            if len(busy) + len(members) > limit:
+                return BudgetBlock(b.name, group, len(busy), len(members), limit, size).reason()
     return ""
 
 

@@ -85,7 +85,8 @@ class Evaluator:
                     wanted.update(rec.resources)
             return wanted
 
-        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness)
+        known = self.state.all_vms if self.policy.needs_group_sizes else None
+        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness, known)
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from . import budgets, matching, policy_check
 from .matching import Miss
+from .timeutil import aware, iso
 from .vms import VmState
 
 SCHEMA = "policy.schema.json"
@@ -68,6 +69,46 @@ class Window:
             if candidate > local:
                 return candidate.astimezone(now.tzinfo)
         return None
+
+
+@dataclass(frozen=True)
+class WindowWait:
+    """A window seen from one moment: open now, or when it next opens, and whether that is too late."""
+
+    name: str
+    open_now: bool
+    next_open: Optional[datetime]
+    not_before: Optional[datetime]
+
+    @property
+    def after_not_before(self) -> bool:
+        """The window opens only once NotBefore has passed (or never): the window cannot apply."""
+        if self.open_now:
+            return False
+        return self.next_open is None or (self.not_before is not None and self.next_open >= self.not_before)
+
+    def reason(self) -> str:
+        if self.open_now:
+            return f"window {self.name} is open"
+        when = iso(self.next_open) if self.next_open else "never"
+        if self.after_not_before:
+            nb = iso(self.not_before) if self.not_before else "?"
+            return (f"window {self.name} opens {when}, after NotBefore {nb}: no approval is sent and Azure "
+                    "starts the event at NotBefore (a policy can only let events start early)")
+        return f"waiting for window {self.name} (next opens {when})"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"window": self.name, "openNow": self.open_now,
+                "nextOpen": iso(self.next_open) if self.next_open else None,
+                "opensAfterNotBefore": self.after_not_before, "reason": self.reason()}
+
+
+def window_wait(window: Window, now: datetime, not_before: Optional[datetime]) -> WindowWait:
+    """The window's state for an event at `now` (the decide code's "waiting-window" reason)."""
+    now = aware(now)
+    if window.contains(now):
+        return WindowWait(window.name, True, now, not_before)
+    return WindowWait(window.name, False, window.next_open(now), not_before)
 
 
 @dataclass(frozen=True)
@@ -149,6 +190,11 @@ class Policy:
     def budgets_of(self, rule: Rule) -> List[Budget]:
         names: Iterable[str] = self.budgets.keys() if rule.budgets is None else rule.budgets
         return [self.budgets[n] for n in names if n in self.budgets]
+
+    @property
+    def needs_group_sizes(self) -> bool:
+        """A percentage budget needs every known VM of a group (a read of every VM row per decision pass)."""
+        return any(b.percent is not None for b in self.budgets.values())
 
     def describe(self) -> Dict[str, Any]:
         return {

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import budgets as budget_math
 from .matching import Miss
-from .policy import DEFAULT_RULES, Policy, Window
+from .policy import DEFAULT_RULES, Policy, WindowWait, window_wait
 from .policy_lint import EVENT_TYPES
 from .timeutil import aware, iso, parse
 from .vms import VmState
@@ -89,46 +89,6 @@ class RuleTrace:
     def to_json(self) -> Dict[str, Any]:
         return {"index": self.index, "rule": self.name, "origin": self.origin, "fits": self.fits,
                 "misses": [m.to_json() for m in self.misses]}
-
-
-@dataclass(frozen=True)
-class WindowWait:
-    """A window seen from one moment: open now, or when it next opens, and whether that is too late."""
-
-    name: str
-    open_now: bool
-    next_open: Optional[datetime]
-    not_before: Optional[datetime]
-
-    @property
-    def after_not_before(self) -> bool:
-        """The window opens only once NotBefore has passed (or never): the window cannot apply."""
-        if self.open_now:
-            return False
-        return self.next_open is None or (self.not_before is not None and self.next_open >= self.not_before)
-
-    def reason(self) -> str:
-        if self.open_now:
-            return f"window {self.name} is open"
-        when = iso(self.next_open) if self.next_open else "never"
-        if self.after_not_before:
-            nb = iso(self.not_before) if self.not_before else "?"
-            return (f"window {self.name} opens {when}, after NotBefore {nb}: no approval is sent and Azure "
-                    "starts the event at NotBefore (a policy can only let events start early)")
-        return f"waiting for window {self.name} (next opens {when})"
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"window": self.name, "openNow": self.open_now,
-                "nextOpen": iso(self.next_open) if self.next_open else None,
-                "opensAfterNotBefore": self.after_not_before, "reason": self.reason()}
-
-
-def window_wait(window: Window, now: datetime, not_before: Optional[datetime]) -> WindowWait:
-    """The window's state for an event at `now` (the decide code's "waiting-window" reason)."""
-    now = aware(now)
-    if window.contains(now):
-        return WindowWait(window.name, True, now, not_before)
-    return WindowWait(window.name, False, window.next_open(now), not_before)
 
 
 @dataclass

@@ -247,7 +247,7 @@ class CentralService:
             raise InvalidRequest(f"cannot approve {mine.event_id}: {problem}")
         mine.operator_hold = False
         fleet = self.evaluator.view(now, [mine])
-        view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness)
+        view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known)
         return operator_approve(mine, view, now, self.config, who, why, hook)
 
     def health(self) -> Dict[str, Any]:
