@@ -347,6 +347,28 @@ def is_new(event: EventRecord, verdict: Verdict) -> bool:
     return not (event.state == verdict.state and event.decision.get("reason") == verdict.reason)
 
 
+def shadow_record(event: EventRecord, verdict: Verdict, now: datetime) -> Optional[dict]:
+    """A shadow policy's verdict as the event records it (never acted on); None when it says nothing new
+    (nothing to decide, or the same as the shadow's last verdict)."""
+    if verdict.kind == "none":
+        return None
+    if event.shadow.get("state") == verdict.state and event.shadow.get("reason") == verdict.reason:
+        return None
+    send = verdict.send
+    return {
+        "action": verdict.action,
+        "state": verdict.state,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "severity": verdict.severity,
+        "decidedBy": "shadow:" + verdict.decided_by.split(":", 1)[-1],
+        "at": iso(now),
+        "wouldSend": send.message_action if send else None,
+        "leaderVmName": send.leader.name if send else None,
+        "expiresAt": iso(send.expires_at) if send else None,
+    }
+
+
 def record(event: EventRecord, verdict: Verdict, now: datetime, message_id: Optional[str] = None) -> dict:
     """Apply a decision to the event record (state, decision, sequence) and return the decision."""
     leader = verdict.send.leader if verdict.send else None
@@ -377,5 +399,6 @@ __all__ = [
     "impacting",
     "is_new",
     "record",
+    "shadow_record",
     "unapprovable",
 ]

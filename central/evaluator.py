@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tupl
 from . import logrows
 from .alerts import ALERT_LEASE, Alert
 from .approvals import build_message, queue_name
-from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record
+from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record, shadow_record
 from .ingest_alerts import owe_status_alert
 from .policy import Policy
 from .registry import SEND_LEASE, Approval, EventRecord
@@ -72,6 +72,7 @@ class Evaluator:
         self.policy = policy
         self.config = config
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
+        self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
 
     def view(self, now: datetime, candidates: List[EventRecord]) -> FleetView:
         open_events = [rec for rec, _ in self.state.active.values() if not rec.ended]
@@ -104,7 +105,10 @@ class Evaluator:
             if not candidates:
                 return []
             fleet = self.view(now, candidates)
+            shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known)
+                            if self.shadow is not None else None)  # same facts, its own budget counts
             changed: List[Tuple[EventRecord, Optional[dict]]] = []
+            shadows: Dict[str, dict] = {}
             sends: List[ToSend] = []
             owed: Set[str] = set()
             for rec in candidates:
@@ -114,8 +118,11 @@ class Evaluator:
                     changed.append((mine, end_stale(mine, stale, now, owed)))
                     continue
                 verdict = decide(mine, fleet, self.policy, now, self.config)
+                shadow = self._shadow(mine, shadow_fleet, now) if shadow_fleet is not None else None
                 decision = apply(mine, verdict, now, owed)
-                if decision is not None or verdict.timed_out:
+                if shadow is not None:
+                    shadows[mine.event_id] = shadow
+                if decision is not None or verdict.timed_out or shadow is not None:
                     changed.append((mine, decision))
                 if verdict.kind == "send" and decision is not None:
                     fleet.mark_impacting(mine, now)
@@ -128,6 +135,10 @@ class Evaluator:
                 self.state.refresh()
                 continue
             self.owed |= owed
+            for rec, _ in changed:
+                if rec.event_id in shadows:
+                    self.logs.stage("Decisions", logrows.shadow_entity(
+                        rec.event_id, rec.event_type, rec.shadow_seq, shadows[rec.event_id], now))
             for rec, decision in changed:
                 if decision is not None:
                     self.logs.stage(
@@ -139,6 +150,16 @@ class Evaluator:
                     result.decisions.append(to_result(rec.event_id, decision, now))
             return sends
         raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
+
+    def _shadow(self, rec: EventRecord, fleet: FleetView, now: datetime) -> Optional[dict]:
+        """The shadow policy's verdict on `rec` (decided on the same facts, before the live one applies)."""
+        verdict = decide(rec, fleet, self.shadow, now, self.config)  # type: ignore[arg-type]
+        if verdict.kind == "send":
+            fleet.mark_impacting(rec, now)  # later events see it in the shadow's budgets
+        summary = shadow_record(rec, verdict, now)
+        if summary is not None:
+            rec.shadow, rec.shadow_seq = summary, rec.shadow_seq + 1
+        return summary
 
     def _commit(self, changed: List[Tuple[EventRecord, Optional[dict]]], now: datetime) -> None:
         for i in range(0, len(changed), EVENTS_PER_COMMIT):

@@ -123,6 +123,15 @@ def decision_entity(event_id: str, event_type: str, seq: int, decision: Dict[str
     return {k: v for k, v in entity.items() if v is not None}
 
 
+def shadow_entity(event_id: str, event_type: str, seq: int, verdict: Dict[str, Any],
+                  at: datetime) -> Dict[str, Any]:
+    """A shadow policy's verdict: a Decisions row beside the live ones, marked Shadow (never acted on)."""
+    entity = decision_entity(event_id, event_type, seq, verdict, at)
+    entity["RowKey"] = safe_key(f"{event_id}_shadow_{seq:04d}")
+    entity["Shadow"] = True
+    return entity
+
+
 def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
     """An approval result envelope, logged in Decisions beside the decision it answers."""
     d = env.data

@@ -135,6 +135,8 @@ class EventRecord:
     operator_hold: bool = False
     ended_at: Optional[datetime] = None
     hold_seq: int = 0  # the State head sequence at which an operator's hold was committed (0: none)
+    shadow: Dict[str, Any] = field(default_factory=dict)  # the shadow policy's latest verdict (never sent)
+    shadow_seq: int = 0
     # alerts this event owes (kind, status, at, rounds, nextTry, error): durable with the event row,
     # removed once delivered or given up (docs/central.md, "Alerts")
     pending_alerts: List[Dict[str, Any]] = field(default_factory=list)
@@ -242,6 +244,7 @@ class EventRecord:
             "approvals": [a.to_json() for a in self.approvals],
             "outcome": self.outcome,
             "operatorHold": self.operator_hold,
+            "shadow": self.shadow or None,
             "endedAt": iso(self.ended_at) if self.ended_at else None,
             "pendingAlerts": len(self.pending_alerts),
         }

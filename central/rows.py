@@ -145,6 +145,7 @@ def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
         "OperatorHold": rec.operator_hold,
         "HoldSeq": whole(rec.hold_seq),
         "DecisionSeq": rec.decision_seq,
+        "ShadowSeq": rec.shadow_seq,
         "DecisionAction": rec.decision.get("action", ""),
         "DecisionRule": rec.decision.get("rule", ""),
         "DecisionReason": str(rec.decision.get("reason", ""))[:4000],
@@ -164,6 +165,7 @@ def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
     put_json(entity, "ListedBy", rec.listed_by)
     put_json(entity, "History", rec.history[-50:])
     put_json(entity, "Decision", rec.decision)
+    put_json(entity, "Shadow", rec.shadow)
     put_json(entity, "Approvals", [a.to_json() for a in rec.approvals])
     put_json(entity, "PendingAlerts", rec.pending_alerts)
     return _drop_none(entity)
@@ -185,6 +187,7 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.operator_hold = bool(e.get("OperatorHold"))
     rec.hold_seq = int(plain(e.get("HoldSeq"), 0))
     rec.decision_seq = int(e.get("DecisionSeq", 0))
+    rec.shadow_seq = int(e.get("ShadowSeq", 0))
     rec.outcome = e.get("Outcome") or None
     rec.outcome_at = _dt(e.get("OutcomeAt"))
     rec.outcome_vm = e.get("OutcomeVm", "")
@@ -193,6 +196,7 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.listed_by = get_json(e, "ListedBy", []) or []
     rec.history = get_json(e, "History", []) or []
     rec.decision = get_json(e, "Decision", {}) or {}
+    rec.shadow = get_json(e, "Shadow", {}) or {}
     rec.approvals = [Approval.from_json(a) for a in get_json(e, "Approvals", []) or []]
     rec.pending_alerts = get_json(e, "PendingAlerts", []) or []
     return rec

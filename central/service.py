@@ -62,6 +62,14 @@ class CentralService:
             log.error("%s; holding every event until it is fixed", exc)
             self.policy = policy_mod.fallback(exc)
             self.policy_error = exc
+        self.shadow_error = ""
+        shadow = None
+        if settings.shadow_json.strip():
+            try:
+                shadow = policy_mod.load(settings.shadow_json)
+            except policy_mod.PolicyError as exc:
+                log.error("POLICY_SHADOW_JSON is ignored: %s", exc)
+                self.shadow_error = str(exc)
         self.config = DecideConfig(
             result_timeout=_seconds(settings.result_timeout),
             liveness=_seconds(settings.liveness),
@@ -70,6 +78,7 @@ class CentralService:
         self.state = FleetState(store)
         self.ingest = Ingest(self.state, store)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
+        self.evaluator.shadow = shadow
         self.actor = Actor(self.state, store, sender, alerter)
         self.counters = new_counters()
         self._seen: Dict[str, None] = {}
@@ -262,7 +271,15 @@ class CentralService:
                 self.store.staged_count,
                 self.transport.requests if self.transport else None,
                 self.sender_auth.status(),
+                self._shadow_status(),
             )
+
+    def _shadow_status(self) -> Optional[Dict[str, Any]]:
+        if self.evaluator.shadow is not None:
+            return self.evaluator.shadow.describe()
+        if self.shadow_error:
+            return {"source": "POLICY_SHADOW_JSON", "valid": False, "errors": [self.shadow_error[:1000]]}
+        return None
 
     # ---- one call --------------------------------------------------------------------------------
     def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:

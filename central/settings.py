@@ -56,6 +56,7 @@ def _number(settings: Mapping[str, str], name: str, default: float) -> float:
 @dataclass(frozen=True)
 class CentralSettings:
     policy_json: str = ""
+    shadow_json: str = ""  # POLICY_SHADOW_JSON: a candidate policy whose verdicts are recorded, never sent
     webhook_url: str = ""
     webhook_format: str = "generic"
     table_prefix: str = ""
@@ -78,6 +79,7 @@ class CentralSettings:
             )
         return cls(
             policy_json=s.get("POLICY_JSON") or "",
+            shadow_json=s.get("POLICY_SHADOW_JSON") or "",
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
             webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
             table_prefix=prefix,

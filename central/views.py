@@ -80,6 +80,7 @@ def health(
     staged: int,
     requests: Optional[int],
     sender: Optional[Dict[str, Any]] = None,
+    shadow: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     storage = "ok"
     known = live = 0
@@ -107,4 +108,5 @@ def health(
         "storageRequests": requests,
         # off: any holder of the hub's send right can speak for any VM (docs/security.md)
         "senderAuthentication": sender or {"enabled": False},
+        "shadowPolicy": shadow,  # None: no shadow policy configured
     }

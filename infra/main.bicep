@@ -128,6 +128,9 @@ param keyVaultPublicNetworkAccess string = 'Enabled'
 @description('The central policy JSON (schemas/policy.schema.json); empty: the built-in defaults.')
 param policyJson string = ''
 
+@description('A shadow policy evaluated beside the live one, never acting (docs/central.md); empty: none.')
+param policyShadowJson string = ''
+
 @secure()
 @description('Alert webhook URL, stored in Key Vault; empty: alerts are only logged.')
 param alertWebhookUrl string = ''
@@ -420,6 +423,7 @@ module functionApp 'app/function.bicep' = {
     consumerGroupName: eventHubs.outputs.functionsConsumerGroupName
     appInsightsConnectionString: monitoring.outputs.connectionString
     policyJson: policyJson
+    policyShadowJson: policyShadowJson
     webhookSecretUri: hasWebhookSecret ? '${keyVault.outputs.vaultUri}secrets/${webhookSecretName}' : ''
     alertWebhookFormat: alertWebhookFormat
     tablePrefix: tablePrefix

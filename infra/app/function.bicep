@@ -43,6 +43,9 @@ param appInsightsConnectionString string
 @description('The central policy JSON (schemas/policy.schema.json); empty: the built-in defaults.')
 param policyJson string
 
+@description('A shadow policy (never acts; its verdicts are recorded beside the live ones); empty: none.')
+param policyShadowJson string
+
 @description('Key Vault secret URI of the webhook URL; empty: alerts only logged.')
 param webhookSecretUri string
 
@@ -117,6 +120,7 @@ var appSettingValues = {
   ApprovalStorage__credential: 'managedidentity'
   ApprovalStorage__clientId: identityClientId
   POLICY_JSON: policyJson
+  POLICY_SHADOW_JSON: policyShadowJson
   ALERT_WEBHOOK_URL: empty(webhookSecretUri) ? '' : '@Microsoft.KeyVault(SecretUri=${webhookSecretUri})'
   ALERT_WEBHOOK_FORMAT: alertWebhookFormat
   TABLE_PREFIX: tablePrefix

@@ -28,3 +28,11 @@ if ($LASTEXITCODE -ne 0) {
     exit 2
 }
 Write-Output "preprovision: policy OK ($what)"
+if ($env:SE_POLICY_SHADOW_JSON) {
+    $env:SE_POLICY_SHADOW_JSON | & $checker check "-"
+    if ($LASTEXITCODE -ne 0) {
+        [Console]::Error.WriteLine("preprovision: the shadow policy in SE_POLICY_SHADOW_JSON does not pass se-policy check (above); nothing was provisioned")
+        exit 2
+    }
+    Write-Output "preprovision: shadow policy OK (SE_POLICY_SHADOW_JSON)"
+}

@@ -29,4 +29,13 @@ if [ "$status" -ne 0 ]; then
   echo "preprovision: the policy in $what does not pass se-policy check (above); fix it, nothing was provisioned" >&2
   exit 2
 fi
+if [ -n "${SE_POLICY_SHADOW_JSON:-}" ]; then
+  status=0
+  printf '%s' "$SE_POLICY_SHADOW_JSON" | "$checker" check - || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "preprovision: the shadow policy in SE_POLICY_SHADOW_JSON does not pass se-policy check (above); nothing was provisioned" >&2
+    exit 2
+  fi
+  echo "preprovision: shadow policy OK (SE_POLICY_SHADOW_JSON)"
+fi
 echo "preprovision: policy OK ($what)"
