@@ -2,10 +2,12 @@
 
     se-policy check FILE [--json] [--strict]
     se-policy explain FILE --event '{...}' [--vm '{...}' ...] [--now ISO] [--json]
+    se-policy whatif FILE (--since 30d [--connection-string CS | --table-endpoint URL] | --from FILE.jsonl)
 
 FILE is a POLICY_JSON document ("-" reads stdin); --event and --vm take JSON or @file.
 Exit codes: 0 valid (warnings are printed), 1 only warnings and --strict, 2 the policy is invalid,
-3 bad usage or unreadable input (file missing, --event not JSON). Never a traceback for bad input.
+3 bad usage or unreadable input (file missing, --event not JSON), 4 whatif's history unreadable (log
+store unreachable, a line not an envelope). Never a traceback for bad input.
 The only place of this tool that reads argv; everything it prints comes from pure functions.
 """
 
@@ -18,6 +20,7 @@ from datetime import datetime
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, TextIO
 
 from . import policy as policy_mod
+from . import whatif_cli
 from .policy_check import Finding, document_errors, path_key
 from .policy_explain import Explanation, event_from_json, explain, vm_from_json
 from .policy_lint import lint
@@ -159,7 +162,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="se-policy", description="Check and explain a central policy (POLICY_JSON) offline.")
+    top = _Parser(prog="se-policy", description="Check, explain and rehearse a central policy (POLICY_JSON).")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = sub.add_parser("check", help="every error and warning in a policy file, with paths and hints")
     check.add_argument("file", help='the POLICY_JSON document ("-": stdin)')
@@ -173,14 +176,26 @@ def parser() -> argparse.ArgumentParser:
                      help="a VM of Resources as the envelope's data.vm (JSON or @file); repeat for several")
     exp.add_argument("--now", help=f"decide as of this ISO 8601 time (default: now, e.g. {iso(utcnow())})")
     exp.add_argument("--json", action="store_true", help="the structured trace as JSON")
+    whatif_cli.add_parser(sub)
     return top
+
+
+def cmd_whatif(args: argparse.Namespace, out: TextIO) -> int:
+    policy = _load_for_explain(args.file, out, args.json)
+    if policy is None:
+        return EXIT_INVALID
+    try:
+        return whatif_cli.run(args, policy, _now(args.now), out)
+    except whatif_cli.UsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     try:
         args = parser().parse_args(argv)
-        return cmd_check(args, out) if args.command == "check" else cmd_explain(args, out)
+        commands = {"check": cmd_check, "explain": cmd_explain, "whatif": cmd_whatif}
+        return commands[args.command](args, out)
     except UsageError as exc:
         print(f"se-policy: {exc}", file=sys.stderr)
         return EXIT_USAGE
