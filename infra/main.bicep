@@ -128,6 +128,9 @@ param keyVaultPublicNetworkAccess string = 'Enabled'
 @description('The central policy JSON (schemas/policy.schema.json); empty: the built-in defaults.')
 param policyJson string = ''
 
+@description('Entra object ids (users or groups) of operators who may read the log store (Storage Table Data Reader).')
+param operatorPrincipalIds array = []
+
 @description('A shadow policy evaluated beside the live one, never acting (docs/central.md); empty: none.')
 param policyShadowJson string = ''
 
@@ -396,6 +399,7 @@ module roles 'app/roles.bicep' = {
     appInsightsName: monitoring.outputs.appInsightsName
     functionPrincipalId: identities.outputs.functionIdentityPrincipalId
     vmPrincipalId: identities.outputs.vmIdentityPrincipalId
+    operatorPrincipalIds: operatorPrincipalIds
   }
 }
 

@@ -33,11 +33,15 @@ param functionPrincipalId string
 @description('Principal id of the VMs\' shared identity (sends events, reads the artifacts; no queue role).')
 param vmPrincipalId string
 
+@description('Object ids of operators (users or groups) who read the log store, e.g. for se-policy whatif --since.')
+param operatorPrincipalIds array
+
 var roles = {
   eventHubsDataReceiver: 'a638d3c7-ab3a-418d-83e6-5f17a39d4fde' // Azure Event Hubs Data Receiver
   eventHubsDataSender: '2b629674-e913-4c01-ae53-ef4638d8f975' // Azure Event Hubs Data Sender
   queueMessageSender: 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a' // Storage Queue Data Message Sender
   tableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor
+  tableDataReader: '76199698-9eea-4c19-bc75-cec21354c6b6' // Storage Table Data Reader
   blobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b' // Storage Blob Data Owner
   blobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1' // Storage Blob Data Reader
   keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6' // Key Vault Secrets User
@@ -154,6 +158,16 @@ resource fnTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.tableDataContributor)
   }
 }
+
+// Operators read the log store (se-policy whatif --since; analytics): entities only, nothing written.
+resource operatorTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for principalId in operatorPrincipalIds: {
+  name: guid(account.id, principalId, roles.tableDataReader)
+  scope: account
+  properties: {
+    principalId: principalId
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.tableDataReader)
+  }
+}]
 
 // Host storage (AzureWebJobsStorage): blob leases for the timer, Event Hubs checkpoints, the key
 // store, creating its own containers; and reading the Flex deployment package. Microsoft documents
