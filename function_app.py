@@ -20,6 +20,21 @@ if TYPE_CHECKING:
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 log = logging.getLogger("function_app")
 
+
+def _metrics() -> None:
+    """central's OpenTelemetry metrics to Application Insights (a no-op without a connection string). The
+    host keeps shipping the log lines; a telemetry problem never stops the functions."""
+    from central import metrics
+
+    try:
+        metrics.configure(os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING", ""),
+                          os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", ""))
+    except Exception:  # metrics are best effort; the reason is logged
+        log.exception("metrics: Application Insights export not configured")
+
+
+_metrics()
+
 _service: Optional[CentralService] = None
 MAX_DECISION_BODY = 64 * 1024  # bytes of an operator decision body read at most (reason is cut to 4000)
 _service_lock = threading.Lock()

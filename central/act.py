@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from azure.core.exceptions import AzureError
 
-from . import logrows
+from . import logrows, metrics
 from .alerts import ALERT_LEASE, Alert, Delivery, WebhookAlerter
 from .approvals import ApprovalSender
 from .evaluator import ToSend
@@ -87,6 +87,9 @@ class Actor:
                 continue
             result.approvals_sent += 1
             done[item.event_id] = item.attempt
+            metrics.approval_sent(event_id=item.event_id, event_type=rec.event_type if rec else "",
+                                  vm_id=attempt.vm_id, first_seen=rec.first_seen if rec else None,
+                                  sent_at=now)
         if done or failed:
             self._update_many(
                 [*done, *failed],
@@ -184,6 +187,7 @@ class Actor:
     def _post(self, alert: Alert, result: BatchResult) -> Delivery:
         alert.rounds += 1
         delivery = self.alerter.send(alert)
+        metrics.alert(alert.kind, delivery.sent)
         if delivery.sent:
             result.alerts_sent += 1
         else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
-from . import logrows
+from . import logrows, metrics
 from .alerts import ALERT_LEASE, Alert
 from .approvals import build_message, queue_name
 from .decide import DecideConfig, FleetView, Verdict, decide, impacting, is_new, record, shadow_record
@@ -148,6 +148,7 @@ class Evaluator:
                         ),
                     )
                     result.decisions.append(to_result(rec.event_id, decision, now))
+                    _measure(rec, decision)
             return sends
         raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
 
@@ -235,6 +236,15 @@ def apply(
             ),
         )
     return decision
+
+
+def _measure(rec: EventRecord, decision: dict) -> None:
+    """A committed decision's metrics (and its se.decision log line)."""
+    metrics.decision(decision["action"], decision["rule"], event_id=rec.event_id, event_type=rec.event_type,
+                     state=decision["state"])
+    if decision["action"] == "failover" and len(rec.approvals) >= 2:
+        metrics.approval_failed_over(event_id=rec.event_id, event_type=rec.event_type,
+                                     from_vm_id=rec.approvals[-2].vm_id)
 
 
 def end_stale(rec: EventRecord, why: str, now: datetime, owed: Set[str]) -> dict:

@@ -178,6 +178,8 @@ class Ingest:
             self.logs.stage(table, entity)
         for level, fmt, args in plan.markers:
             log.log(level, fmt, *args)
+        for record in plan.metrics:  # recorded once the commit made them true (a replan never counts twice)
+            record()
         for name, n in plan.counts.items():
             setattr(result, name, getattr(result, name) + n)
 

@@ -13,11 +13,12 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import authz, ingest_alerts, limits, logrows, metrics
 from . import envelopes as env_mod
 from .alerts import Alert
+from .decide import DONE_OUTCOMES
 from .envelopes import BadEnvelope, Envelope
 from .ingest_alerts import owe_status_alert
 from .registry import EventRecord
@@ -57,6 +58,7 @@ class Plan:
     owed: Set[str] = field(default_factory=set)  # keys of the event alerts this plan makes owed
     refusals: List[Dict[str, str]] = field(default_factory=list)  # the current envelope's, see _refuse
     counts: Dict[str, int] = field(default_factory=dict)
+    metrics: List[Callable[[], None]] = field(default_factory=list)  # central.metrics calls, after the commit
 
     def count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
@@ -81,6 +83,7 @@ class Planner:
                 self._refuse(plan, env, now)
                 continue
             plan.count("processed")
+            plan.metrics.append(lambda t=env.type: metrics.envelope(t))
             vm = self._vm(plan, env, item.received)
             if env.type == env_mod.INCARNATION:
                 self._incarnation(plan, env, vm, item.received, now)
@@ -246,11 +249,13 @@ class Planner:
 
     def _quarantine(self, plan: Plan, bad: BadEnvelope, now: datetime) -> None:
         plan.count("quarantined")
+        plan.metrics.append(lambda: metrics.quarantine("central", bad.vm_id or ""))
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")
+        plan.metrics.append(lambda: metrics.quarantine("forwarder", env.vm_id))
         entity = logrows.quarantine_forwarder(env, now)
         plan.log_rows.append(("Quarantine", entity))
         plan.changes.alerts.append(ingest_alerts.forwarder_quarantined(env, entity["Sha256"], now))
@@ -261,6 +266,7 @@ class Planner:
         problems, plan.refusals = plan.refusals[:20], []
         bad = bad_from(json.dumps(env.raw), problems, env)
         plan.count("refused")
+        plan.metrics.append(lambda: metrics.quarantine("central", env.vm_id))
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.refused(env, problems, bad.sha256, now))
         log.warning("refused from %s (%s): %s", env.vm_name, env.vm_id, problems[0]["message"])
@@ -279,8 +285,19 @@ class Planner:
             plan.refusals.append({"path": "/data", "message": problem})
             return
         plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
+        message_id = d.get("messageId")
+        attempt = next((a for a in rec.approvals if message_id and a.message_id == message_id), None)
+        fresh = attempt is not None and attempt.result in (None, "timeout", "event-started")
         decision = apply_result(rec, d, env.vm_name, now)
+        if fresh and attempt is not None:
+            confirmed = d["outcome"] in DONE_OUTCOMES
+            plan.metrics.append(lambda: metrics.approval_result(
+                confirmed, event_id=rec.event_id, event_type=rec.event_type, vm_id=env.vm_id,
+                sent_at=attempt.sent_at, result_at=now))
         if decision is not None:
+            plan.metrics.append(lambda: metrics.decision(
+                decision["action"], decision["rule"], event_id=rec.event_id, event_type=rec.event_type,
+                state=decision["state"]))
             plan.owed.add(f"{rec.event_id}:approval-failed")
             plan.log_rows.append(
                 (

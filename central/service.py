@@ -222,6 +222,8 @@ class CentralService:
                 raise StoreError(f"{event_id}: still losing races after {MAX_TRIES} re-reads (contention)")
             if decision is not None:
                 log.warning(metrics.OPERATOR_MARKER, event_id, verdict.action, who.replace(" ", "_"), why)
+                metrics.decision(decision["action"], decision["rule"], event_id=event_id,
+                                 event_type=mine.event_type, state=decision["state"])
                 self.store.stage(
                     "Decisions",
                     logrows.decision_entity(mine.event_id, mine.event_type, mine.decision_seq, decision, now),
@@ -295,6 +297,7 @@ class CentralService:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:
             self.counters["storeErrors"] += 1
+            metrics.store_error("commit")
             result.errors.append(str(exc)[:500])
             self._count(result)
             raise
@@ -306,11 +309,13 @@ class CentralService:
             result.transactions += self.store.flush()
         except StoreError as exc:
             self.counters["storeErrors"] += 1
+            metrics.store_error("flush")
             result.errors.append(str(exc)[:500])
             self._count(result)
             raise
         for problem in self.store.take_rejected():
             self.counters["rowsSetAside"] += 1
+            metrics.store_error("row-set-aside")
             result.errors.append(problem)
             self._raise_row(
                 Alert(
