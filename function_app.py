@@ -151,6 +151,12 @@ def decide(req: func.HttpRequest) -> func.HttpResponse:
     return _json(outcome)
 
 
+@app.route(route="fleet", methods=[func.HttpMethod.GET])
+def fleet(req: func.HttpRequest) -> func.HttpResponse:
+    """Every VM: last heard, outbox, forwarder version, open events, silent or not (se-fleet status)."""
+    return _json(central().fleet())
+
+
 @app.route(route="health", methods=[func.HttpMethod.GET])
 def health(req: func.HttpRequest) -> func.HttpResponse:
     return _json(central().health())

@@ -261,6 +261,10 @@ class CentralService:
         view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known)
         return operator_approve(mine, view, now, self.config, who, why, hook)
 
+    def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
+        with self._lock:
+            return views.fleet(self.state, self.policy, self.settings, aware(now))
+
     def health(self) -> Dict[str, Any]:
         with self._lock:
             return views.health(

@@ -110,3 +110,37 @@ def health(
         "senderAuthentication": sender or {"enabled": False},
         "shadowPolicy": shadow,  # None: no shadow policy configured
     }
+
+
+def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: datetime) -> Dict[str, Any]:
+    """Every VM central knows, silent ones first: identity, budget groups, last heard, outbox backlog and
+    drops, forwarder version, open events naming it. From the shared state: any instance answers the same."""
+    state.refresh()
+    liveness = timedelta(seconds=settings.liveness)
+    open_by_vm: Dict[str, List[str]] = {}
+    for rec, _ in sorted(state.active.values(), key=lambda r: r[0].event_id):
+        if not rec.ended:
+            for name in rec.resources:
+                open_by_vm.setdefault(name, []).append(rec.event_id)
+    vms = []
+    for vm in state.all_vms():
+        live = vm.live(now, liveness)
+        vms.append({
+            "vmId": vm.vm_id,
+            "name": vm.name,
+            "scaleSet": vm.scale_set or None,
+            "zone": vm.zone or None,
+            "groups": sorted(g for g in (b.group_of(vm) for b in policy.budgets.values()) if g),
+            "lastSeen": iso(vm.last_seen) if vm.last_seen else None,
+            "lastHeartbeat": iso(vm.last_heartbeat) if vm.last_heartbeat else None,
+            "outboxBacklog": vm.outbox_backlog,
+            "outboxDropped": vm.outbox_dropped,
+            "forwarderVersion": vm.forwarder_version or None,
+            "openEvents": open_by_vm.get(vm.name, []) if vm.name_bound else [],
+            "silent": not live,
+            "nameBound": vm.name_bound,
+        })
+    vms.sort(key=lambda v: (not v["silent"], v["name"], v["vmId"]))
+    silent = sum(1 for v in vms if v["silent"])
+    return {"at": iso(now), "livenessSeconds": settings.liveness, "knownVms": len(vms),
+            "liveVms": len(vms) - silent, "silentVms": silent, "vms": vms}

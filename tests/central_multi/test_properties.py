@@ -332,3 +332,21 @@ def test_a_batch_retried_after_a_store_failure_is_applied_whole(
     assert again.duplicates == 0 and again.processed == 2
     assert [r["EventId"] for r in env.rows("Events")] == ["E-retry"]
     assert svc.handle_batch(batch, now=T0).duplicates == 2  # once committed, a replay is a duplicate
+
+
+def test_the_fleet_view_is_the_same_on_every_instance(env: Env, hook: Hook, fleet_of) -> None:
+    inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
+    web, db, gone = Vm("web_0", scale_set="web"), Vm("db_0", scale_set="db"), Vm("old_0", scale_set="db")
+    inst[1].handle_batch([body(gone.heartbeat(at=T0 - timedelta(hours=1)))], now=T0 - timedelta(hours=1))
+    inst[0].handle_batch([body(web.heartbeat()), body(web.incarnation_env([event("E-f", ["web_0"])]))],
+                         now=T0)
+    inst[1].handle_batch([body(db.heartbeat(at=T0, dropped=2))], now=T0)
+    views = [i.fleet(now=T0 + timedelta(seconds=10)) for i in inst.all]  # inst[2] never saw an envelope
+    assert views[0] == views[1] == views[2]
+    fleet = views[2]
+    assert (fleet["knownVms"], fleet["liveVms"], fleet["silentVms"]) == (3, 2, 1)
+    assert [v["name"] for v in fleet["vms"]] == ["old_0", "db_0", "web_0"]  # silent first
+    by_name = {v["name"]: v for v in fleet["vms"]}
+    assert by_name["old_0"]["silent"] and not by_name["web_0"]["silent"]
+    assert by_name["web_0"]["openEvents"] == ["E-f"] and by_name["web_0"]["groups"] == ["per-scale-set:web"]
+    assert by_name["db_0"]["outboxDropped"] == 2 and by_name["db_0"]["forwarderVersion"] == "0.1.0"

@@ -57,6 +57,7 @@ def test_functions_and_their_trigger_types() -> None:
         "pending": "httpTrigger",
         "event": "httpTrigger",
         "decide": "httpTrigger",
+        "fleet": "httpTrigger",
         "health": "httpTrigger",
     }
 
@@ -83,6 +84,7 @@ def test_http_routes_methods_and_function_auth_level() -> None:
         "pending": ("events/pending", ("GET",), "function"),
         "event": ("events/{event_id}", ("GET",), "function"),
         "decide": ("events/{event_id}/{action}", ("POST",), "function"),
+        "fleet": ("fleet", ("GET",), "function"),
         "health": ("health", ("GET",), "function"),
     }
 

@@ -1,0 +1,98 @@
+"""`se-fleet status`: the fleet at a glance, from central's GET /api/fleet (any instance answers the same).
+
+    se-fleet status [--url https://<app>.azurewebsites.net] [--key KEY] [--silent-only] [--json]
+
+--url and --key default to $SE_CENTRAL_URL and $SE_FUNCTION_KEY (the Function app's URL and a function
+key: `az functionapp keys list`). Exit codes: 0 every VM live, 1 some VM silent, 3 bad usage, 4 central
+unreachable or not answering. Standard library only (operators' machines differ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
+
+EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 3, 4
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def fetch(url: str, key: str, timeout: float = 30.0) -> Dict[str, Any]:
+    """GET <url>/api/fleet with the function key (the operator's own proxy settings apply)."""
+    if not url.startswith(("https://", "http://")):
+        raise UsageError(f"--url {url!r}: give the Function app's https:// URL")
+    request = urllib.request.Request(url.rstrip("/") + "/api/fleet", headers={"x-functions-key": key})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
+        return json.loads(response.read())
+
+
+def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
+    rows = [("VM", "GROUPS", "LAST HEARD", "BACKLOG", "DROPPED", "VERSION", "OPEN EVENTS", "STATE")]
+    for vm in fleet["vms"]:
+        if silent_only and not vm["silent"]:
+            continue
+        events = vm["openEvents"]
+        rows.append((vm["name"], ",".join(g.split(":", 1)[-1] for g in vm["groups"]) or "-",
+                     vm.get("lastSeen") or "never", str(vm["outboxBacklog"]), str(vm["outboxDropped"]),
+                     vm.get("forwarderVersion") or "-",
+                     ",".join(e[:8] for e in events[:3]) + (f" +{len(events) - 3}" if len(events) > 3 else "")
+                     or "-", "SILENT" if vm["silent"] else "live"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    lines.append(f"\n{fleet['knownVms']} VM(s): {fleet['liveVms']} live, {fleet['silentVms']} silent "
+                 f"(nothing received for {fleet['livenessSeconds']:g} s) at {fleet['at']}")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="se-fleet", description="The scheduled-events fleet as central sees it.")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
+    status.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
+                        help="the Function app's URL (default $SE_CENTRAL_URL)")
+    status.add_argument("--key", default=os.environ.get("SE_FUNCTION_KEY", ""),
+                        help="a function key (default $SE_FUNCTION_KEY)")
+    status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
+    status.add_argument("--json", action="store_true", help="central's answer as JSON")
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    try:
+        args = parser().parse_args(argv)
+        if not args.url or not args.key:
+            raise UsageError("give --url and --key (or set SE_CENTRAL_URL and SE_FUNCTION_KEY)")
+        fleet = fetch(args.url, args.key)
+    except UsageError as exc:
+        print(f"se-fleet: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except urllib.error.HTTPError as exc:
+        hint = ": check --key" if exc.code == 401 else ""
+        print(f"se-fleet: central answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"se-fleet: central at {args.url} is not reachable: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if args.json:
+        json.dump(fleet, out, indent=2)
+        print(file=out)
+    else:
+        print(render(fleet, args.silent_only), file=out)
+    return EXIT_SILENT if fleet.get("silentVms") else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

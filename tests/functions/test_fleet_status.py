@@ -1,0 +1,96 @@
+"""`GET /api/fleet` and `se-fleet status` (issue 15, item 2) against two real Functions runner processes
+running function_app.py on one store: both answer the same fleet; the table lists silent VMs first and
+the exit code says whether any VM is silent."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Iterator, List
+
+import pytest
+
+from central import fleet_cli
+from central.service import CentralService
+from sandbox import processes
+from tests.central.factory import Vm, body, event
+
+from .conftest import RunnerFiles, start_runner
+
+KEY = "fleet-function-key"
+NOW = datetime.now(timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
+    work = tmp_path_factory.mktemp("fleet")
+    azurite = processes.start_azurite(log_dir=work)
+    hub = processes.start_eventhubs(("scheduled-events=2",), log_dir=work)
+    storage = azurite.extra["connection_string"]
+    values = {
+        "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
+        "EventHubConnection": processes.eventhubs_connection_string(hub.port, "scheduled-events"),
+        "EVENTHUB_NAME": "scheduled-events", "EVENTHUB_CONSUMER_GROUP": "fleet", "TABLE_PREFIX": "fleet",
+        "POLICY_JSON": json.dumps({"version": 1,
+                                   "budgets": {"sets": {"groupBy": "scaleSet", "maxImpacted": 1}},
+                                   "rules": [{"name": "manual", "action": "hold"}]}),
+        "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
+    }
+    svc = CentralService.from_settings(values)
+    live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
+    an_hour_ago = NOW - timedelta(hours=1)
+    svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)
+    svc.handle_batch([body(live.heartbeat(at=NOW)), body(live.incarnation_env(
+        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=NOW + timedelta(hours=1))],
+        at=NOW))], now=NOW)
+    servers = []
+    for n in range(2):
+        files = RunnerFiles(work / f"central-{n}")
+        files.write(values, keys={"host": {"default": KEY}})
+        servers.append(start_runner(files, "function_app"))
+    try:
+        yield [f"http://{processes.LOOPBACK}:{s.port}" for s in servers]
+    finally:
+        for server in servers:
+            server.stop()
+        hub.stop()
+        azurite.stop()
+
+
+def status(url: str, *extra: str) -> tuple:
+    out = io.StringIO()
+    code = fleet_cli.main(["status", "--url", url, "--key", KEY, *extra], out=out)
+    return code, out.getvalue()
+
+
+def test_both_instances_answer_the_same_fleet(runners: List[str]) -> None:
+    answers = [json.loads(status(url, "--json")[1]) for url in runners]
+    for answer in answers:
+        answer.pop("at")
+    assert answers[0] == answers[1]
+    assert [(v["name"], v["silent"]) for v in answers[0]["vms"]] == [("web_1", True), ("web_0", False)]
+
+
+def test_status_renders_a_table_and_exits_1_while_a_vm_is_silent(runners: List[str]) -> None:
+    code, text = status(runners[1])
+    assert code == fleet_cli.EXIT_SILENT
+    lines = text.splitlines()
+    assert lines[0].split() == ["VM", "GROUPS", "LAST", "HEARD", "BACKLOG", "DROPPED", "VERSION", "OPEN",
+                                "EVENTS", "STATE"]
+    assert lines[1].startswith("web_1") and lines[1].endswith("SILENT")
+    assert lines[2].startswith("web_0") and "3F2A9C4E" in lines[2] and lines[2].endswith("live")
+    assert "2 VM(s): 1 live, 1 silent" in text
+    code, text = status(runners[0], "--silent-only")
+    table = text.split("\n\n")[0].splitlines()
+    assert code == fleet_cli.EXIT_SILENT and [row.split()[0] for row in table[1:]] == ["web_1"]
+
+
+def test_status_says_what_is_wrong_in_one_line(runners: List[str], capsys: pytest.CaptureFixture) -> None:
+    assert fleet_cli.main(["status", "--url", runners[0], "--key", "wrong"], out=io.StringIO()) == 4
+    assert capsys.readouterr().err.strip() == "se-fleet: central answered 401 Unauthorized: check --key"
+    assert fleet_cli.main(["status", "--url", "ftp://x", "--key", "k"], out=io.StringIO()) == 3
+    assert fleet_cli.main(["status"], out=io.StringIO()) == 3
+    closed = f"http://{processes.LOOPBACK}:{processes.free_port()}"
+    assert fleet_cli.main(["status", "--url", closed, "--key", KEY], out=io.StringIO()) == 4
+    assert "is not reachable" in capsys.readouterr().err
