@@ -10,23 +10,21 @@ instance's cache consistent when the Functions worker runs the timer and the tri
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import logging
 import threading
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import logrows, metrics, views
+from . import metrics, views
 from . import policy as policy_mod
 from .act import CLAIM_SEND_GRACE, Actor
 from .alerts import ALERT_LEASE, Alert, WebhookAlerter
 from .approvals import ApprovalSender
-from .decide import DecideConfig, FleetView, unapprovable
-from .evaluator import Evaluator, ToSend, apply, owe, to_result
+from .decide import DecideConfig
+from .desk import OperatorDesk
+from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
-from .operator import OPERATOR_ACTIONS, operator_alert, operator_approve, operator_hold, operator_release
-from .registry import EventRecord
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .sender import SenderAuth
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
@@ -37,10 +35,9 @@ from .timeutil import aware
 log = logging.getLogger(__name__)
 
 SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops (a cache: replays are stale anyway)
-MAX_TRIES = 8
 
 
-class CentralService:
+class CentralService(OperatorDesk):
     def __init__(
         self,
         settings: CentralSettings,
@@ -180,86 +177,6 @@ class CentralService:
     def event(self, event_id: str, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
             return views.event(self.state, event_id, aware(now))
-
-    def decide(
-        self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
-        hook: bool = False,
-    ) -> Dict[str, Any]:
-        """An operator's decision, binding on every instance from the moment this returns (committed under
-        the head like every decision), logged and alerted: "approve" (now, to the elected leader; windows
-        and budgets do not apply; `hook`: the VM drains first), "hold" (no automatic approval until an
-        operator releases or approves it) or "release" (the policy decides it again at once)."""
-        if action not in OPERATOR_ACTIONS:
-            raise InvalidRequest(f"action must be one of {', '.join(OPERATOR_ACTIONS)}, not {action!r}")
-        if not operator.strip():
-            raise InvalidRequest("operator is required (who decides)")
-        if hook and action != "approve":
-            raise InvalidRequest('"hook" goes with approve only')
-        with self._lock:
-            now = aware(now)
-            result = BatchResult()
-            who, why = operator.strip()[:200], reason.strip()[:4000] or "(no reason given)"
-            self.state.refresh()
-            for _ in range(MAX_TRIES):
-                rec, active = self.state.find_event_any_case(event_id)
-                if rec is None:
-                    raise UnknownEvent(f"no event {event_id!r} is known to central")
-                event_id = rec.event_id
-                mine = copy.deepcopy(rec)
-                verdict = self._operator_verdict(mine, active, action, who, why, hook, now)
-                owed: set = set()
-                decision = apply(mine, verdict, now, owed)
-                if decision is not None:
-                    owe(mine, operator_alert(mine, verdict, who, why, now))
-                    owed.add(f"{event_id}:operator:{mine.decision_seq}")
-                try:
-                    self.state.commit(Changes(events={event_id: mine}), now)
-                except Conflict:
-                    self.state.refresh()
-                    continue
-                break
-            else:
-                raise StoreError(f"{event_id}: still losing races after {MAX_TRIES} re-reads (contention)")
-            if decision is not None:
-                log.warning(metrics.OPERATOR_MARKER, event_id, verdict.action, who.replace(" ", "_"), why)
-                metrics.decision(decision["action"], decision["rule"], event_id=event_id,
-                                 event_type=mine.event_type, state=decision["state"])
-                self.store.stage(
-                    "Decisions",
-                    logrows.decision_entity(mine.event_id, mine.event_type, mine.decision_seq, decision, now),
-                )
-                result.decisions.append(to_result(event_id, decision, now))
-            sends = [ToSend(event_id, len(mine.approvals))] if verdict.kind == "send" else []
-            if action == "release":  # the policy decides it again, now
-                sends += self.evaluator.run([event_id], now, result)
-                owed |= self.evaluator.owed
-            self.actor.send_approvals(sends, now, result)
-            self.actor.deliver(now, result, mine=sorted(owed))
-            self._flush(result)
-            if action == "approve" and verdict.kind == "record":
-                raise InvalidRequest(f"cannot approve {event_id}: {verdict.reason}")
-            if action == "approve" and result.errors:
-                raise InvalidRequest(f"cannot approve {event_id}: {result.errors[-1]}")
-            return self.state.active[event_id][0].view() if event_id in self.state.active else mine.view()
-
-    def _operator_verdict(self, mine: EventRecord, active: bool, action: str, who: str, why: str, hook: bool,
-                          now: datetime) -> Any:
-        if not active or mine.ended:
-            raise InvalidRequest(f"cannot {action} {mine.event_id}: it has ended ({mine.status})")
-        if action == "hold":
-            mine.hold_seq = self.state.head_seq + 1
-            return operator_hold(mine, who, why, now)
-        if action == "release":
-            if not mine.operator_hold:
-                raise InvalidRequest(f"cannot release {mine.event_id}: no operator holds it")
-            return operator_release(mine, who, why)
-        problem = unapprovable(mine, now)
-        if problem:
-            raise InvalidRequest(f"cannot approve {mine.event_id}: {problem}")
-        mine.operator_hold = False
-        fleet = self.evaluator.view(now, [mine])
-        view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known)
-        return operator_approve(mine, view, now, self.config, who, why, hook)
 
     def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
