@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -45,6 +46,19 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+PARTITION = re.compile(r"Executing 'Functions\.ingest' \(Reason='\(null\) partition=(\d+)")
+
+
+def log_text(runner: processes.Server) -> str:
+    path = runner.log_path
+    return path.read_text(errors="replace") if path and path.exists() else ""
+
+
+def partitions(text: str) -> Set[str]:
+    """The partitions a runner's log shows ingest batches of."""
+    return set(PARTITION.findall(text))
+
+
 @pytest.mark.parametrize("form", ["short", pytest.param("full", marks=pytest.mark.slow)])
 def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_path: Path) -> None:
     size = FORMS[form]
@@ -62,6 +76,10 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
     approved_at: Dict[str, float] = {}
     overruns: List[str] = []
     killed = mid_batch = False
+    victim: processes.Server = None  # type: ignore[assignment]
+    served: Set[str] = set()  # partitions the killed runner had served
+    survivors_at_kill: Dict[int, int] = {}  # log length of each survivor when the kill happened
+    last_round = 0.0
     try:
         for n in range(3):
             files = runner_dir(tmp_path, n)
@@ -90,8 +108,15 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
         gone: Set[str] = set()
         deadline = time.monotonic() + (240 if form == "short" else 600)
         while len(gone) < len(vms) and time.monotonic() < deadline:
+            if time.monotonic() - last_round > 2:  # every VM heartbeats: every partition it uses is busy
+                publish(conn, [vm.heartbeat(at=now()) for vm in vms])
+                last_round = time.monotonic()
             if not killed and len(started) >= size["sets"]:
-                mid_batch = kill_mid_batch(runners[0], rng, timeout=20)  # mid-batch, or at the timeout
+                # the runner that served the most partitions, killed while one of its batches executes
+                victim = max(runners, key=lambda r: (len(partitions(log_text(r))), -runners.index(r)))
+                survivors_at_kill = {i: len(log_text(r)) for i, r in enumerate(runners) if r is not victim}
+                mid_batch = kill_mid_batch(victim, rng, timeout=60)
+                served = partitions(log_text(victim))
                 killed = True
             rows = {r["EventId"]: r for r in table_rows(storage, "Events")}
             out: List[dict] = []
@@ -156,8 +181,11 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
         hub.stop()
         azurite.stop()
 
-    assert killed and overruns == [], overruns
+    assert killed and mid_batch, "the runner was killed while a batch executed"
+    assert overruns == [], overruns
     assert sum("ingest:" in text for text in logs) >= 2, "at least two runners processed batches"
+    taken_over = set().union(*(partitions(logs[i][offset:]) for i, offset in survivors_at_kill.items()))
+    assert served and served <= taken_over, f"partitions {sorted(served - taken_over)} were never taken over"
     assert len({(r["VmId"], r["Incarnation"]) for r in incarnations}) == 3 * len(vms), "an incarnation lost"
     assert len(rows) == len(vms) and all(r["Status"] == "Completed" for r in rows)
     for vm in vms:
@@ -168,6 +196,7 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
     for eid in events.values():
         assert keys[f"{eid}:Scheduled"] >= 1 and keys[f"{eid}:Started"] >= 1, eid
     print(
-        f"vms={len(vms)} runners=3 partitions=8 killed mid-batch={mid_batch} alerts={len(alerts)} "
+        f"vms={len(vms)} runners=3 partitions=8 killed mid-batch={mid_batch} its partitions={sorted(served)} "
+        f"taken over by the others alerts={len(alerts)} "
         f"repeats={sum(c - 1 for c in keys.values())}"
     )
