@@ -2,9 +2,9 @@
 central runs, replayed over history, compared with what was decided. Pure: no I/O, no clock.
 
 The replay (deterministic: the same history and policy give the same output):
-- time advances from the first event's first sight in steps of `step` (and to each first sight; empty
-  stretches are skipped); at each instant every open Scheduled event not yet approved is decided, in
-  order of first sight, as central's timer does, with the fleet state of that instant;
+- time advances from the first event's first sight in steps of `step`, stopping at each event's first
+  sight (empty stretches are skipped); at each instant every open Scheduled event not yet approved is
+  decided, in order of first sight, as central's timer does, with the fleet state of that instant;
 - an approval the candidate sends is taken as carried out at once: the event impacts its VMs (budgets)
   from then, for as long as it really did (Started -> gone; DEFAULT_IMPACT when unknown); one never
   approved impacts from NotBefore (Azure starts it then); an event that appeared already Started
@@ -207,9 +207,12 @@ def _end_due(recs: Dict[str, EventRecord], ends: Dict[str, datetime], now: datet
 
 def _next_instant(now: datetime, step: timedelta, order: Sequence[PastEvent],
                   recs: Dict[str, EventRecord]) -> datetime:
-    """The next step; past a stretch with nothing open, the next first sight."""
+    """The next step, or an event's first sight if that comes sooner (central decides at first sight);
+    past a stretch with nothing open, straight to the next first sight."""
     nxt = now + step
-    if any(p.record.first_seen <= now and not recs[p.record.event_id].ended for p in order):
-        return nxt
     later = [p.record.first_seen for p in order if p.record.first_seen > now]
-    return max(nxt, min(later)) if later else nxt
+    if not later:
+        return nxt
+    if not any(p.record.first_seen <= now and not recs[p.record.event_id].ended for p in order):
+        return min(later)
+    return min(nxt, min(later))

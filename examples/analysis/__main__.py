@@ -7,6 +7,8 @@
         --container eventhub-capture --out out/
     # files already downloaded
     python -m examples.analysis --dir ./capture --out out/
+    # also export the envelopes for `se-policy whatif --from envelopes.jsonl`
+    python -m examples.analysis --dir ./capture --out out/ --export envelopes.jsonl
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def run(args: argparse.Namespace) -> report.Answers:
     (args.out / "summary.md").write_text(text)
     report.plot(answers, args.out / "summary.png")
     print(text)
+    if args.export is not None:
+        args.export.write_text("".join(capture_files.export_lines(found)))
+        print(f"exported {len(found.items)} envelope(s) to {args.export} "
+              f"(se-policy whatif POLICY --from {args.export})")
     print(f"{found.files} file(s), {found.records} record(s): {len(found.items)} envelope(s), "
           f"{found.duplicates} duplicate(s) dropped, {found.unreadable} unreadable, {found.invalid} invalid; "
           f"wrote {args.out / 'summary.md'} and {args.out / 'summary.png'}")
@@ -73,6 +79,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="scaleSet | placementGroup | zone | resourceGroup | tag:<name> "
                              "(default %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("analysis-out"), help="output directory")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="also write the envelopes as JSON lines with their enqueued times "
+                             "(what se-policy whatif --from reads)")
     args = parser.parse_args(argv)
     try:
         questions.group_of({}, args.group_by)

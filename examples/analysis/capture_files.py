@@ -25,11 +25,32 @@ class Envelopes:
     """What a set of Capture files held: each distinct envelope once, and what was set aside."""
 
     items: List[Dict[str, Any]] = field(default_factory=list)
+    enqueued: Dict[str, str] = field(default_factory=dict)  # envelope id -> the hub's EnqueuedTimeUtc
     files: int = 0
     records: int = 0
     duplicates: int = 0  # same `id` seen again: a resend (at-least-once delivery), counted once
     unreadable: int = 0  # body not JSON
     invalid: int = 0  # JSON but not a valid envelope (schemas/envelope.schema.json)
+
+
+def export_lines(found: Envelopes) -> Iterator[str]:
+    """JSON lines {"body": <envelope>, "enqueuedTime": ...}: what `se-policy whatif --from` replays."""
+    for envelope in found.items:
+        line = {"body": envelope, "enqueuedTime": _iso(found.enqueued.get(envelope["id"], ""))}
+        yield json.dumps(line, separators=(",", ":")) + "\n"
+
+
+def _iso(capture_time: str) -> str:
+    """Capture's EnqueuedTimeUtc ("11/24/2026 10:15:02 AM") -> ISO 8601; '' when absent or unreadable."""
+    from datetime import datetime, timezone
+
+    for pattern in ("%m/%d/%Y %I:%M:%S %p", "%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            moment = datetime.strptime(capture_time, pattern).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return ""
 
 
 def records_in(avro_bytes: bytes) -> Iterator[Dict[str, Any]]:
@@ -71,4 +92,6 @@ def envelopes(files: Iterable[Tuple[str, bytes]]) -> Envelopes:
                 continue
             seen.add(envelope["id"])
             out.items.append(envelope)
+            if record.get("EnqueuedTimeUtc"):
+                out.enqueued[envelope["id"]] = str(record["EnqueuedTimeUtc"])
     return out

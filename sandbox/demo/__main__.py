@@ -40,7 +40,8 @@ def _analyse_capture(work: Path) -> None:
         return
     from examples.analysis.__main__ import main as analyse
 
-    command = ["--dir", str(work / "capture"), "--group-by", "tag:role", "--out", str(work / "analysis")]
+    command = ["--dir", str(work / "capture"), "--group-by", "tag:role", "--out", str(work / "analysis"),
+               "--export", str(work / "envelopes.jsonl")]
     print("analysis: python -m examples.analysis " + " ".join(command), flush=True)
     analyse(command)
 

@@ -173,3 +173,20 @@ def test_bad_history_is_one_line_and_its_own_exit_code(tmp_path: Path, capsys: p
     assert "give --connection-string or --table-endpoint" in capsys.readouterr().err
     assert policy_cli.main(["whatif", str(candidate), "--since", "a month", "--connection-string", "x"],
                            out=io.StringIO()) == 3
+
+
+def test_each_event_is_decided_at_its_first_sight_between_steps() -> None:
+    """Pure: no store. Two events 30 s and 95 s after the first: each decided when first seen."""
+    from central.registry import EventRecord
+    from central.vms import VmState
+
+    past = []
+    for i, offset in enumerate((0, 30, 95)):
+        rec = EventRecord(event_id=f"P{i}", first_seen=T0 + timedelta(seconds=offset))
+        rec.absorb(event(f"P{i}", [f"vm{i}"], not_before=T0 + timedelta(minutes=20)), f"id{i}", f"vm{i}",
+                   rec.first_seen)
+        past.append(whatif.PastEvent(rec))
+    vms = {f"vm{i}": VmState(f"id{i}", f"vm{i}") for i in range(3)}
+    results = whatif.replay(past, vms, policy_mod.load(json.dumps(LOOSER)))
+    assert [(r.whatif_at - r.first_seen).total_seconds() for r in results] == [0, 0, 0]
+    assert [r.change for r in results] == ["newly-approved"] * 3
