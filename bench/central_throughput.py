@@ -3,12 +3,17 @@ own CPU per envelope (this process's CPU time: parsing, validation, planning, th
 Azurite runs in another process), and Storage round trips (HTTP requests, counted in the azure-core
 transport) per 100-envelope batch and per decision.
 
-    python -m bench.central_throughput [--batches 30] [--vms 300]
+    python -m bench.central_throughput [--batches 30] [--vms 300] [--runs 3]
 
 Goals: >= 1,000 envelopes/s per instance; <= 0.5 ms central CPU per envelope; <= 3 Storage round trips
-per steady-state batch. Scenarios (each after warm-up batches that create the tables and every VM row):
-  steady   heartbeats and incarnations that change no event (the common case)
-  events   every incarnation brings a new event: decisions, approvals (queue), alerts
+per steady-state batch; the goals hold with sender authentication on. Scenarios (each after warm-up
+batches that create the tables and every VM row; every body, and its signature, made before the clock
+starts, so only central's work is timed):
+  steady         heartbeats and incarnations that change no event (the common case)
+  steady-authn   the same, every envelope signed as the forwarder signs it (attested document on every
+                 event) and verified by central (AUTHN_TRUST_PEM: the simulator's test PKI)
+  events         every incarnation brings a new event: decisions, approvals (queue), alerts
+Each scenario runs --runs times (a fresh table prefix each); the figures are the median [min-max].
 Bounded: a fixed number of batches, and Azurite is stopped by PID at the end.
 """
 
@@ -18,16 +23,18 @@ import argparse
 import hashlib
 import json
 import logging
+import statistics
 import sys
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from bench import Figure, record
 from central.service import CentralService
 from sandbox import processes
+from sandbox.imds.signer import Signer
 
 T0 = datetime.now(timezone.utc).replace(microsecond=0)
 
@@ -125,23 +132,30 @@ def batch(vms: List[FakeVm], start: int, at: datetime, events_every: int) -> Lis
 
 
 def run(
-    svc: CentralService, vms: List[FakeVm], batches: int, events_every: int, label: str
+    svc: CentralService, vms: List[FakeVm], batches: int, events_every: int, label: str,
+    signer: Optional[Signer] = None,
 ) -> Dict[str, float]:
     assert svc.transport is not None
     at = T0
     warm = (len(vms) + 99) // 100
-    for n in range(warm):  # warm-up: tables, every VM's row (a later batch finds them cached)
-        svc.handle_batch(batch(vms, n * 100, at, 0), now=at)
+    planned = []  # (bodies, properties, time) of every batch, made before the clock starts
+    for n in range(warm + batches):
+        at = at + timedelta(seconds=1)
+        bodies = batch(vms, n * 100, at, events_every if n >= warm else 0)
+        props = None
+        if signer is not None:
+            names = {vm.vm_id: vm.name for vm in vms}
+            ids = [json.loads(b)["partitionkey"] for b in bodies]
+            props = [signer.properties(names[vm_id], vm_id, b) for vm_id, b in zip(ids, bodies)]
+        planned.append((bodies, props, at))
+    for bodies, props, at in planned[:warm]:  # warm-up: tables, every VM's row (later ones find them cached)
+        svc.handle_batch(bodies, now=at, properties=props)
     requests_before = svc.transport.requests
-    envelopes = 0
-    approvals = 0
-    decisions = 0
+    envelopes = approvals = decisions = 0
     cpu_before = time.process_time()
     started = time.perf_counter()
-    for n in range(batches):
-        at = at + timedelta(seconds=1)
-        bodies = batch(vms, (n + warm) * 100, at, events_every)
-        result = svc.handle_batch(bodies, now=at)
+    for bodies, props, at in planned[warm:]:
+        result = svc.handle_batch(bodies, now=at, properties=props)
         envelopes += result.processed
         approvals += result.approvals_sent
         decisions += len(result.decisions)
@@ -156,9 +170,10 @@ def run(
         "round_trips_per_100": round(trips, 2),
         "approvals": approvals,
         "decisions": decisions,
+        "refused": svc.sender_auth.refused,
     }
     print(
-        f"{label:8s} {envelopes:6d} envelopes in {elapsed:6.2f} s = "
+        f"{label:13s} {envelopes:6d} envelopes in {elapsed:6.2f} s = "
         f"{figures['envelopes_per_s']:6d} envelopes/s; central CPU {figures['cpu_ms_per_envelope']:.3f} ms "
         f"per envelope; Storage round trips per 100-envelope batch: {trips:.2f}"
         + (f" (decisions: {decisions}, approvals sent: {approvals})" if approvals else ""),
@@ -167,86 +182,94 @@ def run(
     return figures
 
 
+def spread(values: List[float]) -> Tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def text(values: List[float], fmt: str = "{:.0f}") -> str:
+    mid, low, high = spread(values)
+    return f"{fmt.format(mid)} [{fmt.format(low)}-{fmt.format(high)}]"
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--vms", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     logging.getLogger("central").setLevel(logging.ERROR)  # no webhook here: do not print each alert
+    signer = Signer()
     azurite = processes.start_azurite()
     try:
         conn = azurite.extra["connection_string"]
         print(
-            f"central throughput: {args.batches} batches of 100 envelopes per scenario, {args.vms} VMs, "
-            f"Azurite (in memory) on loopback",
+            f"central throughput: {args.runs} runs x {args.batches} batches of 100 envelopes per scenario, "
+            f"{args.vms} VMs, Azurite (in memory) on loopback",
             flush=True,
         )
-        steady = CentralService.from_settings(
-            {"ApprovalStorage": conn, "TABLE_PREFIX": "benchsteady"}, count_requests=True
-        )
-        figures = {"steady": run(steady, [FakeVm(i) for i in range(args.vms)], args.batches, 0, "steady")}
-        busy = CentralService.from_settings(
-            {"ApprovalStorage": conn, "TABLE_PREFIX": "benchevents"}, count_requests=True
-        )
-        figures["events"] = run(busy, [FakeVm(i) for i in range(args.vms)], args.batches, 33, "events")
-        s, e = figures["steady"], figures["events"]
-        per_decision = (
+        scenarios = (("steady", 0, False), ("steady-authn", 0, True), ("events", 33, False))
+        runs: Dict[str, List[Dict[str, float]]] = {name: [] for name, _, _ in scenarios}
+        for n in range(args.runs):
+            for name, every, authn in scenarios:
+                settings = {"ApprovalStorage": conn, "TABLE_PREFIX": f"b{name.replace('-', '')}{n}"}
+                if authn:
+                    settings["AUTHN_TRUST_PEM"] = signer.trust_pem
+                svc = CentralService.from_settings(settings, count_requests=True)
+                runs[name].append(run(svc, [FakeVm(i) for i in range(args.vms)], args.batches, every, name,
+                                      signer if authn else None))
+
+        def med(name: str, key: str) -> float:
+            return statistics.median(r[key] for r in runs[name])
+
+        per_decision = [
             (e["round_trips_per_100"] - s["round_trips_per_100"]) * args.batches / max(1, e["decisions"])
-        )
-        figures["round_trips_per_decision"] = round(per_decision, 2)
-        print(f"Storage round trips per decision (events minus steady, per decision): {per_decision:.2f}")
-        goal_rate = s["envelopes_per_s"] >= 1000
-        goal_cpu = s["cpu_ms_per_envelope"] <= 0.5
-        goal_trips = s["round_trips_per_100"] <= 3
-        print(
-            f"goals: >= 1,000 envelopes/s: {'met' if goal_rate else 'NOT met'}; "
-            f"<= 0.5 ms CPU per envelope: {'met' if goal_cpu else 'NOT met'}; "
-            f"<= 3 round trips per steady batch: {'met' if goal_trips else 'NOT met'}"
-        )
-        print(json.dumps(figures))
-        record(
-            [
-                Figure(
-                    "central_throughput",
-                    "steady envelopes/s",
-                    s["envelopes_per_s"],
-                    "1/s",
-                    ">= 1000",
-                    goal_rate,
-                ),
-                Figure(
-                    "central_throughput",
-                    "steady central CPU per envelope",
-                    s["cpu_ms_per_envelope"],
-                    "ms",
-                    "<= 0.5",
-                    goal_cpu,
-                ),
-                Figure(
-                    "central_throughput",
-                    "steady round trips per 100",
-                    s["round_trips_per_100"],
-                    "requests",
-                    "<= 3",
-                    goal_trips,
-                ),
-                Figure(
-                    "central_throughput",
-                    "round trips per decision",
-                    figures["round_trips_per_decision"],
-                    "requests",
-                ),
-                Figure("central_throughput", "with new events envelopes/s", e["envelopes_per_s"], "1/s"),
-                Figure(
-                    "central_throughput",
-                    "with new events round trips per 100",
-                    e["round_trips_per_100"],
-                    "requests",
-                ),
-            ]
-        )
+            for s, e in zip(runs["steady"], runs["events"])
+        ]
+        authn_cost = [a["cpu_ms_per_envelope"] - s["cpu_ms_per_envelope"]
+                      for s, a in zip(runs["steady"], runs["steady-authn"])]
+        print(f"\nmedians [min-max] of {args.runs} runs:")
+        for name in runs:
+            rate = text([r["envelopes_per_s"] for r in runs[name]])
+            cpu = text([r["cpu_ms_per_envelope"] for r in runs[name]], "{:.3f}")
+            trips = text([r["round_trips_per_100"] for r in runs[name]], "{:.2f}")
+            print(f"  {name:13s} envelopes/s {rate}; CPU ms per envelope {cpu}; round trips per 100-envelope "
+                  f"batch {trips}")
+        ratio = med("steady-authn", "envelopes_per_s") / med("steady", "envelopes_per_s")
+        print(f"  round trips per decision {text(per_decision, '{:.2f}')}; sender verification costs "
+              f"{text(authn_cost, '{:.3f}')} ms of central CPU per envelope (steady-authn / steady rate: "
+              f"{ratio:.2f})")
+        refused = sum(r["refused"] for r in runs["steady-authn"])
+        assert refused == 0, f"{refused} signed envelopes were refused: the benchmark measured refusals"
+        goals = {}
+        for name in ("steady", "steady-authn"):
+            goals[name] = (med(name, "envelopes_per_s") >= 1000, med(name, "cpu_ms_per_envelope") <= 0.5,
+                           med(name, "round_trips_per_100") <= 3)
+            print(f"goals ({name}): >= 1,000 envelopes/s: {'met' if goals[name][0] else 'NOT met'}; "
+                  f"<= 0.5 ms CPU per envelope: {'met' if goals[name][1] else 'NOT met'}; "
+                  f"<= 3 round trips per steady batch: {'met' if goals[name][2] else 'NOT met'}")
+        print(json.dumps(runs))
+        record([
+            Figure("central_throughput", "steady envelopes/s", med("steady", "envelopes_per_s"), "1/s",
+                   ">= 1000", goals["steady"][0]),
+            Figure("central_throughput", "steady central CPU per envelope",
+                   med("steady", "cpu_ms_per_envelope"), "ms", "<= 0.5", goals["steady"][1]),
+            Figure("central_throughput", "steady round trips per 100",
+                   med("steady", "round_trips_per_100"), "requests", "<= 3", goals["steady"][2]),
+            Figure("central_throughput", "steady, authentication on: envelopes/s",
+                   med("steady-authn", "envelopes_per_s"), "1/s", ">= 1000", goals["steady-authn"][0]),
+            Figure("central_throughput", "steady, authentication on: CPU per envelope",
+                   med("steady-authn", "cpu_ms_per_envelope"), "ms", "<= 0.5", goals["steady-authn"][1]),
+            Figure("central_throughput", "sender verification CPU per envelope",
+                   round(statistics.median(authn_cost), 3), "ms"),
+            Figure("central_throughput", "round trips per decision",
+                   round(statistics.median(per_decision), 2), "requests"),
+            Figure("central_throughput", "with new events envelopes/s",
+                   med("events", "envelopes_per_s"), "1/s"),
+            Figure("central_throughput", "with new events round trips per 100",
+                   med("events", "round_trips_per_100"), "requests"),
+        ])
     finally:
         azurite.stop()
     return 0

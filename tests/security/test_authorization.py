@@ -17,10 +17,9 @@ from central.decide import REPORT_GRACE
 from central.registry import STALE_SCHEDULED
 from central.results import BatchResult
 from central.service import CentralService
+from sandbox.imds.signer import Signer
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 from tests.central.factory import Vm, body, event
-
-from .signing import Signer
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)  # attested documents are made at the real time
 HOLD_ALL = {"version": 1, "rules": [{"name": "manual", "action": "hold"}]}

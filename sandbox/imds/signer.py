@@ -1,4 +1,4 @@
-"""Sender authentication material for central's tests, made in process the way a forwarder makes it: an
+"""Sender authentication material made in process the way a forwarder makes it (tests, benchmarks): an
 Ed25519 key per VM, bound by an attested document the IMDS simulator's code signs with its test PKI
 (sandbox.imds.attested), the key's signature over each exact body (schemas/authn.py)."""
 
