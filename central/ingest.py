@@ -125,8 +125,14 @@ class Ingest:
                 result.conflicts += 1
                 log.info("ingest lost a race (%s): re-reading and planning again", exc)
                 self.state.refresh()
-                self.state.load_vms(plan.changes.vms, force=True)
-                self.state.load_names(plan.changes.names, force=True)
+                kind, _ = getattr(exc, "what", ("", ""))
+                if kind == "vm":  # another instance wrote that VM's row (its partition moved): re-read them
+                    self.state.load_vms(plan.changes.vms, force=True)
+                elif kind == "name":
+                    self.state.load_names(plan.changes.names, force=True)
+                elif kind not in ("head", "event", "gone"):  # not known: re-read everything it wrote
+                    self.state.load_vms(plan.changes.vms, force=True)
+                    self.state.load_names(plan.changes.names, force=True)
                 continue
             except Rejected as exc:
                 if len(segment) > 1:  # find the envelope the store refuses: one at a time
@@ -166,6 +172,12 @@ class Ingest:
             for i in segment
         ):
             self.state.ensure_loaded()
+        self.state.forget_absent()
+        reported = [str(event.get("EventId")) for e in envs if e.type == env_mod.INCARNATION
+                    for event in (e.data.get("document") or {}).get("Events") or []
+                    if isinstance(event, dict)]
+        if reported:  # the ended rows of events not active, in a few queries instead of a read each
+            self.state.prefetch_ended(reported)
 
     def _after(self, plan: Plan, seq: int, now: datetime, result: BatchResult) -> None:
         self.owed |= plan.owed

@@ -66,6 +66,7 @@ class FleetState:
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
+        self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -99,6 +100,27 @@ class FleetState:
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
 
+    def prefetch_ended(self, event_ids: Iterable[str]) -> None:
+        """Read the ended rows of these events (14 keys per query) and remember which have none: the
+        find_event calls of one planning attempt then cost no point read each. The absence is valid for
+        this attempt only (`forget_absent`): an event created and ended meanwhile moves the head, so the
+        attempt's commit fails and the next attempt reads again."""
+        wanted = sorted({e for e in event_ids if e not in self.active and e not in self.ended})
+        for chunk in _chunks(wanted, KEYS_PER_QUERY):
+            params = {f"k{i}": rows.event_key(e, active=False) for i, e in enumerate(chunk)}
+            params["p"] = rows.PARTITION
+            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
+            found = set()
+            for entity, _ in self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {keys} )", params):
+                rec = rows.event_from_entity(entity)
+                self._remember_ended(rec)
+                found.add(rec.event_id)
+            self.reads += 1
+            self._absent.update(set(chunk) - found)
+
+    def forget_absent(self) -> None:
+        self._absent = set()
+
     def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
         """(record, active) for a known event: the active cache, else an ended one (a late report of an
         event that ended any time ago is recognised), else (None, False): new."""
@@ -107,6 +129,8 @@ class FleetState:
         if event_id in self.ended:
             self.ended.move_to_end(event_id)
             return self.ended[event_id], False
+        if event_id in self._absent:
+            return None, False
         got = self.store.get(TABLE, rows.PARTITION, rows.event_key(event_id, active=False))
         self.reads += 1
         if got is None:
@@ -232,7 +256,7 @@ class FleetState:
         if changes.empty():
             return 0
         ops: List[Op] = []
-        owners: List[Tuple[str, str]] = []  # what each op wrote: ("vm", id) | ("event", id) | ...
+        owners: List[Tuple[str, str]] = []  # what each op wrote, in op order: ("vm", id), ("event", id)...
         seq = 0
         if changes.events:
             seq = self.head_seq + 1
@@ -271,7 +295,12 @@ class FleetState:
             etag = self.names.get(name, ("", None))[1]
             ops.append(Op("replace", entity, etag) if etag else Op("insert", entity))  # one holder at a time
             owners.append(("name", name))
-        etags = self.store.transact(TABLE, ops)
+        try:
+            etags = self.store.transact(TABLE, ops)
+        except Conflict as exc:
+            found = owners[exc.index] if 0 <= exc.index < len(owners) else ("", "")
+            exc.what = found  # type: ignore[attr-defined]  # what lost the race: ("head", "") | ("vm", id) ...
+            raise
         self._install(changes, owners, etags, seq)
         return seq
 
