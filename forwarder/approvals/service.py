@@ -3,6 +3,10 @@
 - `subscriber(document)`: given to the poller; feeds the fast path, recovery and the reader's pace.
 - `step(stop)`: the daemon worker; one queue receive + the adaptive wait (disabled without a queue).
 - `publish(result)`: the approval-result envelope into the durable outbox (returns once durable).
+
+The queue reader (and with it the Storage queue SDK and, for managed identity, the token client) is
+built on the worker's thread the first time IMDS lists a Scheduled event for this VM: until then
+nothing is read, and nothing of the SDK is loaded.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ..identity import VmIdentity
 from ..recovery import Recovery
 from . import naming, queue
 from .approver import Approver
+from .gate import has_scheduled
 from .ledger import Ledger
 from .reader import ApprovalReader, ReaderSettings
 from .result import ApprovalResult
@@ -31,11 +36,13 @@ class ApprovalSettings:
     state_dir: str
     queue_service_uri: str = ""
     queue_connection_string: str = ""
-    credential: Any = None  # for queue_service_uri: the IMDS-rate-limited managed identity credential
+    # for queue_service_uri: the managed identity credential, or a callable making it when first needed
+    credential: Any = None
     reader: ReaderSettings = field(default_factory=ReaderSettings)
     hooks: hooks.HookSettings = field(default_factory=hooks.HookSettings)
     local_event_types: Sequence[str] = ("Preempt", "Terminate")
     local_approve: bool = False
+    require_hook: bool = False  # require_pre_approve_hook
 
     @property
     def queue_enabled(self) -> bool:
@@ -59,38 +66,40 @@ class ApprovalService:
         self.fastpath: Optional[FastPath] = None
         self.recovery: Optional[Recovery] = None
         self.reader: Optional[ApprovalReader] = None
+        self._document: Optional[Dict[str, Any]] = None  # the last document observed
+        self._wake = threading.Event()  # set when a Scheduled event for this VM appears
 
     def _ready(self) -> Approver:
         with self._lock:
             if self.approver is None:
                 vm = self.identity()
                 self.vm = vm
-                self.approver = Approver(self.imds, self.ledger, vm.vm_id, vm.name, self.settings.hooks)
+                self.approver = Approver(self.imds, self.ledger, vm.vm_id, vm.name, self.settings.hooks,
+                                         require_hook=self.settings.require_hook)
                 self.fastpath = FastPath(self.approver, self.publish, tuple(self.settings.local_event_types),
                                          self.settings.local_approve)
                 self.recovery = Recovery(self.settings.state_dir, vm.vm_id, vm.name, self.publish,
                                          self.settings.hooks)
-                if self.settings.queue_enabled:
-                    if self.settings.reader.visibility_timeout < self.settings.hooks.timeout_seconds + 30:
-                        log.warning("approval visibility timeout %ss is not above the hook timeout "
-                                    "%ss + 30 s: a message may outlive its invisibility while its hook runs",
-                                    self.settings.reader.visibility_timeout,
-                                    self.settings.hooks.timeout_seconds)
-                    name = naming.queue_name(vm.vm_id)
-                    client = queue.queue_client(name, self.settings.queue_service_uri or None,
-                                                self.settings.queue_connection_string or None,
-                                                self.settings.credential)
-                    poison = None
-                    if self.settings.reader.poison_queue:
-                        poison = queue.queue_client(queue.poison_queue_name(name),
-                                                    self.settings.queue_service_uri or None,
-                                                    self.settings.queue_connection_string or None,
-                                                    self.settings.credential)
-                    self.reader = ApprovalReader(client, self.approver, self.ledger, self.publish,
-                                                 self.settings.reader, poison_queue=poison, stop=self.stop)
-                    log.info("approval queue %s (fast %.1fs while Scheduled, slow %.1fs)", name,
-                             self.settings.reader.fast_interval, self.settings.reader.slow_interval)
             return self.approver
+
+    def _credential(self) -> Any:
+        credential = self.settings.credential
+        return credential() if callable(credential) else credential
+
+    def _build_reader(self, approver: Approver) -> ApprovalReader:
+        """The queue clients and the reader (imports the Storage queue SDK: the first time it is needed)."""
+        assert self.vm is not None
+        name = naming.queue_name(self.vm.vm_id)
+        uri, conn = self.settings.queue_service_uri or None, self.settings.queue_connection_string or None
+        credential = self._credential() if uri else None
+        client = queue.queue_client(name, uri, conn, credential)
+        poison = None
+        if self.settings.reader.poison_queue:
+            poison = queue.queue_client(queue.poison_queue_name(name), uri, conn, credential)
+        log.info("approval queue %s: read every %.1fs while IMDS lists a Scheduled event for this VM",
+                 name, self.settings.reader.fast_interval)
+        return ApprovalReader(client, approver, self.ledger, self.publish, self.settings.reader,
+                              poison_queue=poison, stop=self.stop)
 
     def publish(self, result: ApprovalResult) -> None:
         vm = self.vm or self.identity()
@@ -99,19 +108,37 @@ class ApprovalService:
             self.wake_publisher()
 
     def subscriber(self, document: Dict[str, Any]) -> None:
-        self._ready()
+        approver = self._ready()
         assert self.fastpath is not None and self.recovery is not None
         self.recovery.observe(document)
         self.fastpath.observe(document)
+        self._document = document
         if self.reader is not None:
             self.reader.observe(document)
+        elif has_scheduled(document, approver.vm_name):
+            self._wake.set()
 
     def step(self, stop: threading.Event) -> None:
-        self._ready()
-        if self.reader is None:
+        approver = self._ready()
+        if not self.settings.queue_enabled:
             stop.wait(3600.0)  # no queue configured: nothing to read (fast path and recovery still run)
             return
-        self.reader.step()
+        if self.reader is None:
+            if self._document is None or not has_scheduled(self._document, approver.vm_name):
+                self._wake.wait(1.0)  # 1 s slices: `stop` is seen promptly
+                self._wake.clear()
+                return
+        self.ensure_reader().step()
+
+    def ensure_reader(self) -> ApprovalReader:
+        """The queue reader, built now if it is not yet (the worker does it when first needed)."""
+        approver = self._ready()
+        with self._lock:
+            if self.reader is None:
+                self.reader = self._build_reader(approver)
+                if self._document is not None:
+                    self.reader.observe(self._document)
+            return self.reader
 
     def close(self) -> None:
         for part in (self.fastpath, self.recovery):

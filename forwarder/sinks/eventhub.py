@@ -175,6 +175,37 @@ class EventHubSink:
             if "error" in outcome:
                 raise outcome["error"]
 
+    def probe(self) -> int:
+        """Open the sender link (authenticated: a missing send right or a wrong hub shows here) without
+        sending anything; returns the largest event the hub accepts. For `se-forwarder check`. Raises
+        SinkError; bounded by `operation_timeout` like a send."""
+        with self._lock:
+            try:
+                producer = self._producer()
+            except Exception as exc:
+                raise SinkError(_describe(exc), retryable=False) from exc
+            outcome: Dict[str, Any] = {}
+
+            def attempt() -> None:
+                try:
+                    # create_batch() opens the link to learn its message size limit; nothing is sent.
+                    outcome["size"] = producer.create_batch().max_size_in_bytes
+                except Exception as exc:  # noqa: BLE001
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=attempt, daemon=True, name="eventhub-probe")
+            worker.start()
+            worker.join(self.settings.operation_timeout)
+            if worker.is_alive():
+                self._stuck.append(worker)
+                self._client = None
+                raise SinkError(f"no answer from Event Hubs ({self.settings.target}) within "
+                                f"{self.settings.operation_timeout:g} s")
+            if "error" in outcome:
+                self._drop_client(producer)
+                raise SinkError(_describe(outcome["error"]), retryable=not _is_auth_error(outcome["error"]))
+            return int(outcome["size"])
+
     def _authenticate(self) -> None:
         from ..attestation import AttestationError
 
@@ -322,7 +353,8 @@ def oversize_note(env: Dict[str, Any], limit: int) -> Dict[str, Any]:
 
 def _is_auth_error(exc: BaseException) -> bool:
     name = type(exc).__name__
-    return name in ("AuthenticationError", "ClientAuthenticationError", "CredentialUnavailableError")
+    return name in ("AuthenticationError", "ClientAuthenticationError", "CredentialUnavailableError",
+                    "TokenUnavailable")
 
 
 def _describe(exc: BaseException) -> str:
