@@ -124,7 +124,7 @@ SETTINGS: Tuple[Setting, ...] = (
             commands=APPROVE),
     Setting("poll_interval", 1.0, "seconds between IMDS polls (IMDS recommends 1; at least 0.25: IMDS "
             "allows 5 requests/s per VM, shared with token and approval calls)", _positive_float),
-    Setting("heartbeat_interval", 60.0, "seconds between heartbeat envelopes (at least 1)", _positive_float),
+    Setting("heartbeat_interval", 60.0, "seconds between heartbeat envelopes", _positive_float),
     Setting("sink", "file", "where envelopes go: eventhub, file or stdout (default: eventhub when "
             "eventhub_namespace or eventhub_connection_string is set, else file)",
             choices=("eventhub", "file", "stdout")),

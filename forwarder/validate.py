@@ -20,7 +20,6 @@ EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")  # the sc
 # IMDS allows 5 requests per second per VM, token calls included. Polling at most 4 times a second
 # leaves at least one request a second for the token, compute, attested-document and approval calls.
 MIN_POLL_INTERVAL = 0.25
-MIN_HEARTBEAT_INTERVAL = 1.0
 POST_MARGIN = 30  # seconds a message's invisibility must outlast its hook: the live check and the POST
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
@@ -68,9 +67,6 @@ def _daemon(config: Any) -> List[str]:
         found.append(f"poll_interval {config.poll_interval:g} s is {rate:g} requests/s, past IMDS's budget "
                      f"of 5 per second per VM (shared with token and approval calls): use at least "
                      f"{MIN_POLL_INTERVAL:g} (IMDS recommends 1)")
-    if config.heartbeat_interval < MIN_HEARTBEAT_INTERVAL:
-        found.append(f"heartbeat_interval {config.heartbeat_interval:g} s is below "
-                     f"{MIN_HEARTBEAT_INTERVAL:g} s: use 60 (the default) or at least 1")
     unknown = [t for t in config.local_event_types if t not in EVENT_TYPES]
     if unknown:
         found.append(f"local_event_types: {', '.join(unknown)} is not an IMDS event type; use a "
