@@ -162,16 +162,16 @@ class RecoveryBeat:
 
 
 def hook_settings(config: Config) -> Any:
-    from . import hooks
+    from .approvals.settings import HookSettings
 
-    return hooks.HookSettings(hook_dir=config.hook_dir, timeout_seconds=config.hook_timeout)
+    return HookSettings(hook_dir=config.hook_dir, timeout_seconds=config.hook_timeout)
 
 
 def approval_settings(config: Config, limiter: Any = None, credential: Any = None) -> Any:
     """docs/approvals.md: the approval reader, hooks and fast path, from the settings table.
     `credential`: the managed identity (or a callable making it) for queue_service_uri."""
-    from .approvals.reader import ReaderSettings
-    from .approvals.service import ApprovalSettings, poison_dir
+    from .approvals.service import poison_dir
+    from .approvals.settings import ApprovalSettings, ReaderSettings
 
     if config.queue_service_uri and credential is None:
         credential = SharedCredential(config.client_id, limiter or RateLimiter())

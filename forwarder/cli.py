@@ -108,6 +108,10 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("run", "check"):
+        from .lean import skip_charset_detection
+
+        skip_charset_detection()
     try:
         config = load(_given(args), os.environ)
     except ConfigError as exc:

@@ -25,14 +25,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from .approvals.settings import DEFAULT_HOOK_DIR, HookSettings
 
 log = logging.getLogger(__name__)
+__all__ = ["DEFAULT_HOOK_DIR", "HookResult", "HookRun", "HookSettings", "Survey", "run_phase", "survey"]
 
 PRE_APPROVE = "pre-approve"
 POST_EVENT = "post-event"
 PHASES = (PRE_APPROVE, POST_EVENT)
-DEFAULT_HOOK_DIR = "/etc/se-forwarder/hooks"
 # Hooks run with this PATH, not the service's: a predictable, root-owned search path.
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -91,15 +93,6 @@ class HookRun:
             "hooks": [asdict(r) for r in self.results],
             "skipped": list(self.skipped),
         }
-
-
-@dataclass
-class HookSettings:
-    hook_dir: str = DEFAULT_HOOK_DIR
-    timeout_seconds: float = 300.0
-    output_limit: int = 4096
-    # uids allowed to own a hook besides root; the service user is added at run time.
-    extra_owner_uids: Sequence[int] = ()
 
 
 EXAMPLE_SUFFIX = ".example"

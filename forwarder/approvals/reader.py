@@ -17,7 +17,6 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -31,6 +30,7 @@ from .approver import Approver
 from .gate import has_scheduled
 from .ledger import Ledger
 from .result import APPROVED, REJECTED, ApprovalResult
+from .settings import ReaderSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +40,7 @@ RAW_KEEP = (
 
 
 IDLE_WAIT = 3600.0  # no Scheduled event for this VM: wait for `observe` to wake the reader
-
-
-@dataclass
-class ReaderSettings:
-    fast_interval: float = 2.0  # while this VM has a Scheduled event (the queue is not read otherwise)
-    slow_interval: float = 60.0  # the longest backoff after queue errors
-    visibility_timeout: int = (
-        360  # > hook timeout + POST: a crash makes the message visible again after it
-    )
-    max_dequeue: int = 5  # dequeued more often than this: poison
-    batch: int = 16  # messages per receive (one transaction)
-    max_clock_skew: float = 300.0
-    poison_queue: bool = False  # try moving poison to <queue>-poison (needs send rights VMs lack)
-    poison_dir: Optional[str] = None  # local copy of every poison/malformed message (nothing is lost)
-
+__all__ = ["IDLE_WAIT", "ApprovalReader", "ReaderSettings"]
 
 Publish = Callable[[ApprovalResult], None]
 

@@ -17,6 +17,11 @@ What `send` does with the outbox's pending rows (in order):
 Retries: the SDK's own retry is kept small (`retry_total`); the publisher backs off with jitter.
 The client is reused across sends and dropped (closed, rebuilt on the next send) after any failure.
 
+Trust: the TLS context verifies Event Hubs against the VM's own CA directory (OpenSSL's hashed
+`capath`, e.g. /etc/ssl/certs), where OpenSSL loads a CA only when a chain needs it; the SDK's
+default loads certifi's whole bundle (~140 certificates, +1.5 MB of RSS) into every connection. A VM
+without a hashed CA directory (or SSL_CERT_DIR) keeps the SDK's default.
+
 Bounded: the SDK can block forever when a peer accepts TCP but never speaks AMQP (its SASL
 handshake reads without a timeout, and `close()` then waits for the same lock). So each send runs
 in a worker thread joined for at most `operation_timeout`; a worker still blocked is abandoned with
@@ -27,6 +32,9 @@ that `send` fails at once instead of starting another, until they end (the peer 
 from __future__ import annotations
 
 import json
+import os
+import re
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -121,8 +129,10 @@ class EventHubSink:
             return EventHubProducerClient.from_connection_string(s.connection_string, **kwargs)
         if self._credential is None:
             raise SinkError("no credential for the managed-identity Event Hubs client", retryable=False)
+        context = tls_context() if s.use_tls else None
+        extra: Dict[str, Any] = {"ssl_context": context} if context is not None else {}
         return EventHubProducerClient(fully_qualified_namespace=s.namespace, eventhub_name=s.eventhub_name,
-                                      credential=self._credential, use_tls=s.use_tls, **retry)
+                                      credential=self._credential, use_tls=s.use_tls, **retry, **extra)
 
     def _producer(self) -> Any:
         if self._client is None:
@@ -291,6 +301,24 @@ def _event(env: Dict[str, Any], event_data: Any,
     if sign is not None:
         event.properties = sign(body)  # application properties: the signature covers these exact bytes
     return event
+
+
+_HASHED = re.compile(r"^[0-9a-f]{8}\.[0-9]+$")
+
+
+def tls_context() -> Optional[ssl.SSLContext]:
+    """A verifying client context over the OS's hashed CA directory (SSL_CERT_DIR or OpenSSL's default),
+    looked up lazily; None when there is none (then the SDK's default, certifi's bundle)."""
+    capath = ssl.get_default_verify_paths().capath
+    try:
+        hashed = bool(capath) and any(_HASHED.match(name) for name in os.listdir(capath))
+    except OSError:
+        hashed = False
+    if not hashed:
+        return None
+    context = ssl.create_default_context(capath=capath)  # verifies the peer and its host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
