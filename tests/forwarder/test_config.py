@@ -182,3 +182,17 @@ def test_forwarder_doc_names_every_module_and_every_exit_code() -> None:
             documented = re.search(rf"^\| {value} \|", table, re.MULTILINE)
             assert documented, f"exit code {value} ({name}) undocumented"
     assert "issue 3" not in page and "sandbox/demo.py" not in page
+
+
+def test_approvals_doc_settings_rows_match_the_code() -> None:
+    page = (REPO / "docs" / "approvals.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `--")]
+    assert len(rows) >= 12
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        flag = cells[0].split("`")[1]
+        setting = next((s for s in cfg.SETTINGS if s.flag == flag), None)
+        assert setting is not None, f"docs/approvals.md names an unknown flag {flag}"
+        assert cells[1] == f"`{setting.env}`" and cells[2] == f"`{setting.key}`", row
+        assert cells[3].strip("`") == setting.default_text, (flag, cells[3], setting.default_text)
+        assert ("--no-" in cells[0]) == setting.is_switch, row
