@@ -171,7 +171,10 @@ class Poller:
     def poll_once(self) -> PollResult:
         """GET, compare, put. Raises the client's ImdsError when IMDS does not answer."""
         vm = self.ensure_identity()
-        response = self.client.get_scheduled_events(etag=self._etag)
+        if self._etag:
+            response = self.client.get_scheduled_events(etag=self._etag)
+        else:  # nothing to compare with yet (or IMDS sends no ETag): a plain GET
+            response = self.client.get_scheduled_events()
         self.stats["polls"] += 1
         if response.status == 304:
             self.stats["notModified"] += 1
