@@ -1,115 +1,299 @@
-"""The forwarder's footprint while idle: RSS and CPU % over 60 s of polling IMDS at 1 Hz.
+"""The forwarder's footprint at 1 Hz polling, side by side with a minimal reference poller, in one run.
 
-    python -m bench.forwarder_footprint [--seconds 60] [--warmup 5]
+    python -m bench.forwarder_footprint [--runs 3] [--seconds 120] [--warmup 20] [--write]
 
-Two configurations, each a real forwarder process against the simulator: the minimal one (file
-sink, no approvals) and the one a VM runs (Event Hubs sink to the sandbox server and the approval
-queue reader on Azurite, so the Azure SDKs are loaded). psutil samples RSS every second and CPU time
-at the start and end of the window.
-Goal: RSS <= 60 MB, CPU <= 1 % of one core.
+Agents, each a process polling its own VM of ONE IMDS simulator (so IMDS's per-VM limit never couples
+them), all started together per run and measured over the same window:
+- forwarder, file sink: `--sink file`, no approval queue;
+- forwarder, production: the Event Hubs sink over TLS with managed identity, the approval queue over
+  HTTPS with managed identity (tokens from the simulator's IMDS token endpoint), heartbeats every 60 s;
+- forwarder, production + authenticate: the same, envelopes signed (forwarder/attestation.py);
+- reference poller (requests) and reference poller (http.client): bench/reference_poller.py.
+
+The pinned VM install: every agent runs on `.venv-vm`, a venv made here from
+infra/forwarder/requirements-vm.txt (the wheelhouse's exact pins; rebuilt when the lock changes), the
+forwarder from this source tree (`python -m forwarder`, cwd = the repository), no dev packages.
+
+Managed identity, as in Azure: the sandbox Event Hubs server and Azurite speak plain TCP/HTTP, but a
+bearer token is only ever sent over TLS (azure-core refuses otherwise; so does Azurite's OAuth). So
+Azurite runs with `--oauth basic --cert/--key` (HTTPS; it checks the token's shape, audience, issuer
+and lifetime, not its signature), and a TLS relay (bench/tlsrelay.py) on 127.0.0.13:5671 — the AMQPS
+port, on a loopback address of its own, since the SDK sends the namespace as the TLS server name —
+fronts the Event Hubs server. One certificate is made per run and trusted by the agents only:
+SSL_CERT_DIR (a hashed CA directory holding it: the forwarder's Event Hubs TLS context looks there, as
+it looks in the VM's /etc/ssl/certs) and REQUESTS_CA_BUNDLE (requests, for the queue). Binding port
+5671 needs root (this machine's benches run as root).
+
+Per agent and run: RSS sampled every second from /proc/<pid>/status (VmRSS) over the window, its
+median = the steady RSS; CPU = user+system seconds over the window, scaled to an hour. Printed: median
+[min-max] of the runs, in MiB and CPU s/hour, and each agent's ratio to the reference poller
+(requests) measured in the same runs. Goals (issue 13): production <= 40 MiB and <= 8 s CPU/hour.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, Sequence
 
-import psutil
-import requests
-
-from bench import Figure, record
+from bench import Figure, median, record
+from bench.tlsrelay import TlsRelay, make_certificate
 from sandbox import processes
 
-MB = 1024 * 1024
+MIB = 1024 * 1024
+VENV = processes.REPO / ".venv-vm"
+LOCK = processes.REPO / "infra" / "forwarder" / "requirements-vm.txt"
+RESULTS = Path(__file__).resolve().parent / "results" / "forwarder_footprint.md"
+AMQPS_HOST, AMQPS_PORT = "127.0.0.13", 5671
+HUB = "scheduled-events"
+GOAL_RSS_MIB, GOAL_CPU = 40.0, 8.0
+REFERENCE = "reference poller (requests)"
+
+
+@dataclass
+class Agent:
+    label: str
+    vm: str
+    argv: List[str]
+    env: Dict[str, str] = field(default_factory=dict)
+    proc: Optional[subprocess.Popen] = None
+    state: Optional[Path] = None
+
+
+def vm_python() -> Path:
+    """`.venv-vm/bin/python` with exactly the VM lock's pins (made or remade when the lock changed)."""
+    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    stamp = VENV / ".lock-sha256"
+    python = VENV / "bin" / "python"
+    if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
+        print(f"bench: building {VENV.name} from {LOCK.relative_to(processes.REPO)} (once per lock)",
+              flush=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--clear", str(VENV)], check=True, timeout=300)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "-r", str(LOCK)], check=True, timeout=900)
+        stamp.write_text(digest)
+    return python
+
+
+def trust_env(cert: Path, work: Path) -> Dict[str, str]:
+    """The environment that makes the agents (only) trust the run's certificate."""
+    digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True,
+                            text=True, check=True, timeout=30).stdout.strip()
+    cadir = work / "ca"
+    cadir.mkdir(exist_ok=True)
+    (cadir / f"{digest}.0").write_bytes(cert.read_bytes())  # OpenSSL's hashed-directory name
+    return {"SSL_CERT_DIR": str(cadir), "REQUESTS_CA_BUNDLE": str(cert)}
+
+
+def start_azurite_tls(work: Path, cert: Path, key: Path) -> processes.Server:
+    binary = processes.REPO / "node_modules" / ".bin" / "azurite"
+    ports = {"blob": processes.free_port(), "queue": processes.free_port(), "table": processes.free_port()}
+    argv = [str(binary), "--silent", "--skipApiVersionCheck", "--disableProductStyleUrl",
+            "--inMemoryPersistence", "--oauth", "basic", "--cert", str(cert), "--key", str(key)]
+    for service, port in ports.items():
+        argv += [f"--{service}Host", processes.LOOPBACK, f"--{service}Port", str(port)]
+    server = processes.start("azurite", argv, ports, log_dir=work)
+    server.grace = 2.0
+    return server
+
+
+def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Agent]:
+    def url(vm: str) -> str:
+        return f"http://{processes.LOOPBACK}:{imds_port}/vms/{vm}"
+
+    def forwarder(label: str, vm: str, extra: Sequence[str], env: Optional[Dict[str, str]] = None) -> Agent:
+        state = work / vm
+        argv = [str(python), "-m", "forwarder", "run", "--config", str(work / "empty.json"),
+                "--imds-url", url(vm), "--state-dir", str(state), "--poll-interval", "1",
+                "--log-level", "warning", *extra]
+        return Agent(label, vm, argv, env or {}, state=state)
+
+    production = ["--sink", "eventhub", "--eventhub-namespace", AMQPS_HOST, "--eventhub-name", HUB,
+                  "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
+    return [
+        forwarder("forwarder, file sink", "vm0", ["--sink", "file", "--sink-file", str(work / "vm0.jsonl")]),
+        forwarder("forwarder, production", "vm1", production,
+                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm1")}),
+        forwarder("forwarder, production + authenticate", "vm2", [*production, "--authenticate"],
+                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm2")}),
+        Agent(REFERENCE, "vm3", [str(python), "-m", "bench.reference_poller", "--url", url("vm3"),
+                                 "--state", str(work / "vm3"), "--http", "requests"]),
+        Agent("reference poller (http.client)", "vm4", [str(python), "-m", "bench.reference_poller", "--url",
+                                                       url("vm4"), "--state", str(work / "vm4")]),
+    ]
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: argparse.Namespace,
+            base_env: Dict[str, str]) -> Dict[str, Dict[str, float]]:
+    work = Path(tempfile.mkdtemp(prefix=f"footprint-{number}-"))
+    (work / "empty.json").write_text("{}")
+    team = agents(python, imds_port, queue_port, work)
+    logs = []
+    try:
+        for agent in team:
+            log = open(work / f"{agent.vm}.log", "wb")
+            logs.append(log)
+            agent.proc = subprocess.Popen(agent.argv, cwd=processes.REPO, stdout=log,
+                                          stderr=subprocess.STDOUT, env={**base_env, **agent.env})
+        time.sleep(args.warmup)  # imports, identity, first token, first send, first heartbeat
+        for agent in team:
+            if agent.proc is None or agent.proc.poll() is not None:
+                raise RuntimeError(f"{agent.label} exited early; see {work / (agent.vm + '.log')}")
+        samples: Dict[str, List[int]] = {a.label: [] for a in team}
+        cpu0 = {a.label: cpu_seconds(a.proc.pid) for a in team if a.proc}
+        t0 = time.monotonic()
+        end = t0 + args.seconds
+        while time.monotonic() < end:
+            for agent in team:
+                assert agent.proc is not None
+                samples[agent.label].append(rss_bytes(agent.proc.pid))
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        window = time.monotonic() - t0
+        figures = {}
+        for agent in team:
+            assert agent.proc is not None
+            figures[agent.label] = {"rss": median(samples[agent.label]) / MIB,
+                                    "rss_max": max(samples[agent.label]) / MIB,
+                                    "cpu": (cpu_seconds(agent.proc.pid) - cpu0[agent.label]) / window * 3600}
+    finally:
+        for agent in team:
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGTERM)
+        for agent in team:
+            if agent.proc is not None:
+                try:
+                    agent.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    agent.proc.kill()
+        for log in logs:
+            log.close()
+    for agent in team:  # the production forwarders must really have published: else the figure is moot
+        if agent.state is not None and "production" in agent.label:
+            backlog, error = outbox_health(agent.state)
+            if backlog or error:
+                raise RuntimeError(f"{agent.label} did not publish (backlog {backlog}, last error {error}); "
+                                   f"see {work / (agent.vm + '.log')}")
+    return figures
+
+
+def outbox_health(state: Path) -> tuple:
+    db = sqlite3.connect(f"file:{state / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=10)
+    try:
+        backlog = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        row = db.execute("SELECT value FROM state WHERE key = 'last_error'").fetchone()
+        return backlog, json.loads(row[0]) if row else None
+    finally:
+        db.close()
+
+
+def summary(runs: List[Dict[str, Dict[str, float]]]) -> List[str]:
+    labels = list(runs[0])
+    ref_rss = median([r[REFERENCE]["rss"] for r in runs])
+    ref_cpu = median([r[REFERENCE]["cpu"] for r in runs])
+    rows = ["| agent | steady RSS (MiB) | max RSS (MiB) | CPU (s per hour) | RSS / reference "
+            "| CPU / reference |", "|---|---|---|---|---|---|"]
+    for label in labels:
+        rss = [r[label]["rss"] for r in runs]
+        peak = [r[label]["rss_max"] for r in runs]
+        cpu = [r[label]["cpu"] for r in runs]
+        rows.append(f"| {label} | {median(rss):.1f} [{min(rss):.1f}-{max(rss):.1f}] | {median(peak):.1f} | "
+                    f"{median(cpu):.1f} [{min(cpu):.1f}-{max(cpu):.1f}] | {median(rss) / ref_rss:.2f} | "
+                    f"{median(cpu) / ref_cpu:.2f} |")
+    return rows
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.forwarder_footprint")
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--warmup", type=float, default=5.0)
+    parser = argparse.ArgumentParser(prog="python -m bench.forwarder_footprint", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=120.0, help="measured window per run")
+    parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(processes.REPO)}")
     args = parser.parse_args(argv)
-    figures: List[Figure] = []
+    python = vm_python()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_FORWARDER_", "PYTHON"))}
+    runs: List[Dict[str, Dict[str, float]]] = []
+    started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "config.json").write_text("{}")
-        imds = processes.start_imds(["--time-scale", "1"], log_dir=work)
-        azurite = processes.start_azurite(log_dir=work)
-        hub = processes.start_eventhubs(["scheduled-events=4"], log_dir=work)
+        cert, key = make_certificate(work, (processes.LOOPBACK, AMQPS_HOST))
+        base_env.update(trust_env(cert, work))
+        vms = [arg for i in range(5) for arg in ("--vm", f"vm{i}")]
+        imds = processes.start_imds(["--time-scale", "1", *vms], log_dir=work)
+        hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work)
+        azurite = start_azurite_tls(work, cert, key)
+        relay = TlsRelay(cert, key, hub.port, host=AMQPS_HOST, port=AMQPS_PORT)
         try:
-            minimal = ["--sink", "file", "--sink-file", str(work / "out.jsonl")]
-            # What a VM runs: Event Hubs sink and the approval-queue reader (azure SDKs loaded).
-            production = ["--sink", "eventhub", "--eventhub-name", "scheduled-events"]
-            production_env = {
-                "SE_FORWARDER_EVENTHUB_CONNECTION_STRING":
-                    processes.eventhubs_connection_string(hub.port, "scheduled-events"),
-                "SE_FORWARDER_QUEUE_CONNECTION_STRING": azurite.extra["connection_string"],
-            }
-            for label, extra, extra_env in (("file sink, no approvals", minimal, {}),
-                                            ("Event Hubs sink + approval queue", production, production_env)):
-                figures += _measure(label, work / label.split()[0], imds, extra, extra_env, args)
+            for number in range(1, args.runs + 1):
+                print(f"run {number}/{args.runs}: {args.warmup:g} s warm-up, {args.seconds:g} s measured",
+                      flush=True)
+                runs.append(one_run(number, python, imds.port, azurite.ports["queue"], args, base_env))
         finally:
-            for server in (hub, azurite, imds):
+            relay.stop()
+            for server in (azurite, hub, imds):
                 server.stop()
+    rows = summary(runs)
+    print("\n".join(rows))
+    production = [r["forwarder, production"] for r in runs]
+    rss, cpu = median([p["rss"] for p in production]), median([p["cpu"] for p in production])
+    print(f"production forwarder: {rss:.1f} MiB (goal <= {GOAL_RSS_MIB:g}), {cpu:.1f} s CPU/hour "
+          f"(goal <= {GOAL_CPU:g})")
+    if args.write:
+        write(rows, args, time.time() - started)
+    name = "forwarder_footprint"
+    figures = []
+    for label in runs[0]:
+        rss_m = median([r[label]["rss"] for r in runs])
+        cpu_m = median([r[label]["cpu"] for r in runs])
+        goal = label == "forwarder, production"
+        figures += [
+            Figure(name, f"RSS max, steady, median of {len(runs)} runs ({label})", round(rss_m, 1), "MiB",
+                   f"<= {GOAL_RSS_MIB:g}" if goal else "", rss_m <= GOAL_RSS_MIB if goal else None),
+            Figure(name, f"CPU per hour at 1 Hz, median of {len(runs)} runs ({label})", round(cpu_m, 1),
+                   "s/h", f"<= {GOAL_CPU:g}" if goal else "", cpu_m <= GOAL_CPU if goal else None),
+        ]
     record(figures)
     return 0
 
 
-def _measure(label: str, work: Path, imds: processes.Server, extra: List[str], extra_env: dict,
-             args: argparse.Namespace) -> List[Figure]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
-    env.update(extra_env)
-    fw = subprocess.Popen(
-        [sys.executable, "-m", "forwarder", "run", "--config", str(work.parent / "config.json"),
-         "--imds-url", f"http://{processes.LOOPBACK}:{imds.port}/vms/vm0",
-         "--state-dir", str(work / "state"), "--poll-interval", "1", *extra],
-        cwd=processes.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        proc = psutil.Process(fw.pid)
-        time.sleep(args.warmup)  # imports, first poll, first heartbeat and send
-        if fw.poll() is not None:
-            raise RuntimeError(f"the forwarder ({label}) exited with {fw.returncode}")
-        before = _polls(imds.port)
-        cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
-        rss: List[int] = []
-        end = t0 + args.seconds
-        while time.monotonic() < end:
-            rss.append(proc.memory_info().rss)
-            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
-        cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
-        polls = _polls(imds.port) - before
-    finally:
-        if fw.poll() is None:
-            os.kill(fw.pid, signal.SIGTERM)
-            fw.wait(timeout=15)
-    cpu_pct = 100.0 * (cpu1 - cpu0) / (t1 - t0)
-    rss_max, rss_mean = max(rss) / MB, sum(rss) / len(rss) / MB
-    print(f"forwarder ({label}) idle for {t1 - t0:.0f} s, polling at 1 Hz "
-          f"({polls} GETs to scheduledevents seen by IMDS):")
-    print(f"  RSS max {rss_max:.1f} MB, mean {rss_mean:.1f} MB (goal <= 60)   CPU {cpu_pct:.2f} % of a core "
-          f"(goal <= 1)")
-    name = "forwarder_footprint"
-    return [
-        Figure(name, f"RSS max, idle 1 Hz ({label})", round(rss_max, 1), "MB", "<= 60", rss_max <= 60),
-        Figure(name, f"RSS mean, idle 1 Hz ({label})", round(rss_mean, 1), "MB", "", None),
-        Figure(name, f"CPU, idle 1 Hz ({label})", round(cpu_pct, 2), "% core", "<= 1", cpu_pct <= 1),
-        Figure(name, f"IMDS polls in the window ({label})", polls, "GET", "", None),
-    ]
+def write(rows: List[str], args: argparse.Namespace, took: float) -> None:
+    from bench import report
 
-
-def _polls(port: int) -> int:
-    session = requests.Session()
-    session.trust_env = False
-    resp = session.get(f"http://{processes.LOOPBACK}:{port}/admin/requests",
-                       params={"vm": "vm0", "method": "GET", "path": "scheduledevents"}, timeout=10)
-    resp.raise_for_status()
-    return len(resp.json())
+    machine = report.machine()
+    lines = ["# Forwarder footprint (bench/forwarder_footprint.py)", "",
+             f"- Command: `python -m bench.forwarder_footprint --runs {args.runs} --seconds {args.seconds:g} "
+             f"--write` (took {took / 60:.1f} min)",
+             f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {report._commit()}",
+             *(f"- {k}: {v}" for k, v in machine.items()),
+             "- Shared machine: other work ran on it at the same time.", "",
+             f"{args.runs} runs x {args.seconds:g} s at 1 Hz, all agents side by side on one IMDS simulator "
+             "in each run; median [min-max] of the runs. Steady RSS = the median of a run's 1 s samples.",
+             "",
+             *rows, ""]
+    RESULTS.write_text("\n".join(lines), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Every setting in ONE table: flag, env var, config-file key, default, meaning.
 
 Precedence: command-line flag > environment variable > JSON config file > default. Adding a
-setting is one `Setting(...)` line below; the CLI, the env/file loading and the docs table all
-come from it.
+setting is one `Setting(...)` line below; the CLI, the env/file loading and the docs tables (README,
+docs/forwarder.md) all come from it. Checks that involve several settings live in `validate.py`.
 """
 
 from __future__ import annotations
@@ -60,6 +60,17 @@ def _names(text: Any) -> Tuple[str, ...]:
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 
+def _port(text: Any) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port 0..65535 (0: off)")
+    return value
+
+
+RUN = ("run", "check")               # the daemon's settings: `run` and `check` take them all
+APPROVE = ("run", "check", "approve")  # also what `se-forwarder approve` needs
+
+
 @dataclass(frozen=True)
 class Setting:
     key: str                       # attribute and config-file key (snake_case)
@@ -68,27 +79,53 @@ class Setting:
     parse: Callable[[Any], Any] = _str
     choices: Optional[Tuple[str, ...]] = None
     secret: bool = False           # never printed
+    commands: Tuple[str, ...] = RUN  # the subcommands that take this setting as a flag
 
     @property
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
 
     @property
+    def is_switch(self) -> bool:
+        return self.parse is _bool
+
+    @property
+    def default_text(self) -> str:
+        """The default as a person writes it: `false`, `Preempt,Terminate`, `60`, '' for none."""
+        return value_text(self.default)
+
+    @property
     def env(self) -> str:
         return "SE_FORWARDER_" + self.key.upper()
+
+
+def value_text(value: Any) -> str:
+    """A setting's value as a person writes it on the command line (never a Python repr)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 DEFAULT_CONFIG = "/etc/se-forwarder/config.json"
 
 SETTINGS: Tuple[Setting, ...] = (
     Setting("config", DEFAULT_CONFIG, "JSON config file (keys = the config keys below); "
-            "missing is fine unless given explicitly"),
-    Setting("imds_url", "http://169.254.169.254", "IMDS base URL (sandbox: http://127.0.0.1:N/vms/<name>)"),
-    Setting("api_version", "2020-07-01", "scheduled-events api-version"),
-    Setting("state_dir", "/var/lib/se-forwarder", "directory of the durable outbox (SQLite) and state"),
-    Setting("poll_interval", 1.0, "seconds between IMDS polls (IMDS recommends 1)", _positive_float),
+            "missing is fine unless given explicitly", commands=APPROVE),
+    Setting("imds_url", "http://169.254.169.254", "IMDS base URL, http://host[:port][/path] "
+            "(sandbox: http://127.0.0.1:N/vms/<name>)", commands=APPROVE),
+    Setting("api_version", "2020-07-01", "scheduled-events api-version, one IMDS documents: "
+            "2017-03-01, 2017-08-01, 2017-11-01, 2019-01-01, 2019-04-01, 2019-08-01, 2020-07-01",
+            commands=APPROVE),
+    Setting("state_dir", "/var/lib/se-forwarder", "directory of the durable outbox (SQLite) and state",
+            commands=APPROVE),
+    Setting("poll_interval", 1.0, "seconds between IMDS polls (IMDS recommends 1; at least 0.25: IMDS "
+            "allows 5 requests/s per VM, shared with token and approval calls)", _positive_float),
     Setting("heartbeat_interval", 60.0, "seconds between heartbeat envelopes", _positive_float),
-    Setting("sink", "file", "where envelopes go: eventhub | file | stdout (default: eventhub when "
+    Setting("sink", "file", "where envelopes go: eventhub, file or stdout (default: eventhub when "
             "eventhub_namespace or eventhub_connection_string is set, else file)",
             choices=("eventhub", "file", "stdout")),
     Setting("sink_file", "", "JSON-lines file for --sink file (default <state-dir>/published.jsonl)"),
@@ -103,9 +140,11 @@ SETTINGS: Tuple[Setting, ...] = (
             "besides each send's first (0: every event; more needs central's key store)",
             _non_negative_float),
     Setting("outbox_max_rows", 10000, "most envelopes kept pending; when full the oldest heartbeats, "
-            "then the oldest others are dropped and counted", _positive_int),
-    Setting("log_level", "info", "debug | info | warning | error",
-            choices=("debug", "info", "warning", "error")),
+            "then the oldest others are dropped and counted", _positive_int, commands=APPROVE),
+    Setting("log_level", "info", "debug, info, warning or error",
+            choices=("debug", "info", "warning", "error"), commands=APPROVE),
+    Setting("metrics_port", 0, "serve Prometheus text metrics on http://127.0.0.1:<port>/metrics "
+            "(loopback only; 0: off)", _port),
     # approvals, hooks, fast path (docs/approvals.md)
     Setting("queue_service_uri", "", "approval queues: https://<account>.queue.core.windows.net "
             "(managed identity); empty with no connection string: no central approvals"),
@@ -114,21 +153,25 @@ SETTINGS: Tuple[Setting, ...] = (
             "VM's own queue)"),
     Setting("queue_connection_string", "", "approval queues via a connection string: Azurite/sandbox "
             "ONLY", secret=True),
-    Setting("approval_fast_interval", 2.0, "seconds between approval-queue reads while this VM has a "
-            "Scheduled event", _positive_float),
-    Setting("approval_slow_interval", 60.0, "seconds between approval-queue reads otherwise",
-            _positive_float),
-    Setting("approval_visibility_timeout", 360, "seconds a received approval stays invisible (> hook "
-            "timeout + POST); after a crash it reappears then", _positive_int),
+    Setting("approval_fast_interval", 2.0, "seconds between approval-queue reads while IMDS lists a "
+            "Scheduled event for this VM (the queue is not read otherwise)", _positive_float),
+    Setting("approval_slow_interval", 60.0, "longest back-off, in seconds, between approval-queue reads "
+            "after queue errors", _positive_float),
+    Setting("approval_visibility_timeout", 360, "seconds a received approval stays invisible; must "
+            "exceed hook_timeout + 30 (a POST); after a crash it reappears then", _positive_int),
     Setting("approval_max_dequeue", 5, "an approval message received more often than this is poison: "
             "reported and set aside", _positive_int),
     Setting("approval_poison_queue", False, "try moving poison messages to <queue>-poison (needs send "
             "rights VMs normally lack); else they are deleted after the report", _bool),
-    Setting("hook_dir", "/etc/se-forwarder/hooks", "hook directory: pre-approve.d/ and post-event.d/"),
+    Setting("hook_dir", "/etc/se-forwarder/hooks", "hook directory: pre-approve.d/ and post-event.d/ "
+            "(files ending .example are not run)", commands=APPROVE),
     Setting("hook_timeout", 300.0, "seconds a hook may run before its process group is killed",
-            _positive_float),
-    Setting("local_event_types", ("Preempt", "Terminate"), "event types the local fast path handles at once "
-            "(comma-separated; empty: none)", _names),
+            _positive_float, commands=APPROVE),
+    Setting("require_pre_approve_hook", False, "strict: an approval that asks for the pre-approve hook "
+            "fails (hook-failed) when none is installed; off: it is approved, the result says no hook "
+            "was installed", _bool, commands=APPROVE),
+    Setting("local_event_types", ("Preempt", "Terminate"), "event types the local fast path handles at "
+            "once, comma-separated, from Freeze, Reboot, Redeploy, Preempt, Terminate (empty: none)", _names),
     Setting("local_approve", False, "fast path: approve those events locally after the pre-approve hook "
             "(without waiting for central)", _bool),
 )
@@ -219,11 +262,32 @@ def load(flags: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> C
     return Config(values, sources)
 
 
+BEGIN, END = "<!-- forwarder-settings:begin -->", "<!-- forwarder-settings:end -->"
+
+
 def markdown_table() -> str:
-    """The docs' settings table, generated from SETTINGS."""
+    """docs/forwarder.md's settings table, generated from SETTINGS (tests keep the page current:
+    `python -m forwarder.config --write docs/forwarder.md` rewrites the block between the markers)."""
     lines = ["| flag | env | config key | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        default = "" if s.default == "" else f"`{s.default}`"
+        flag = f"`{s.flag}` / `--no-{s.flag[2:]}`" if s.is_switch else f"`{s.flag}`"
+        default = f"`{s.default_text}`" if s.default_text else ""
         meaning = s.help.replace("|", "\\|")  # a literal pipe would split the Markdown cell
-        lines.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {default} | {meaning} |")
+        lines.append(f"| {flag} | `{s.env}` | `{s.key}` | {default} | {meaning} |")
     return "\n".join(lines)
+
+
+def markdown_block() -> str:
+    return f"{BEGIN}\n{markdown_table()}\n{END}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+        page = Path(sys.argv[2])
+        text = page.read_text(encoding="utf-8")
+        head, tail = text.index(BEGIN), text.index(END) + len(END)
+        page.write_text(text[:head] + markdown_block() + text[tail:], encoding="utf-8")
+    else:
+        print(markdown_table())

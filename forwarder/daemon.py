@@ -2,8 +2,10 @@
 reader), each in its own thread, stopped gracefully on SIGTERM/SIGINT.
 
 A worker's step never kills the daemon: an exception is logged and the worker backs off (jittered,
-up to 30 s) before trying again. Stopping finishes the current steps, flushes the outbox to the
-sink (bounded), and closes the database.
+up to 30 s) before trying again. The one exception is `Fatal`: a fault retrying cannot heal (IMDS
+refusing the configured request again and again) stops the daemon with its own exit code, so the
+service manager does not restart it in a loop. Stopping finishes the current steps, flushes the
+outbox to the sink (bounded), and closes the database.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from .imds import ImdsError, ImdsStopped
 log = logs.get("daemon")
 
 
+class Fatal(Exception):
+    """Raised by a step: stop the daemon and exit with `code` (the message is the one line logged)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass
 class Worker:
     """`step(stop)` runs every `interval` seconds (fixed rate); interval 0 = the step paces itself."""
@@ -31,6 +41,7 @@ class Worker:
     max_backoff: float = 30.0
     thread: Optional[threading.Thread] = field(default=None, repr=False)
     failures: int = 0
+    on_fatal: Optional[Callable[[Fatal], None]] = field(default=None, repr=False)
 
     def loop(self, stop: threading.Event) -> None:
         backoff = Backoff(base=max(self.interval, 0.5), cap=self.max_backoff)
@@ -40,6 +51,10 @@ class Worker:
                 self.step(stop)
                 backoff.reset()
             except ImdsStopped:
+                break
+            except Fatal as exc:
+                if self.on_fatal is not None:
+                    self.on_fatal(exc)
                 break
             except Exception as exc:  # never dies on a fault: log, back off, go on
                 self.failures += 1
@@ -67,11 +82,19 @@ class Daemon:
         self.stop = threading.Event()
         self.on_close: List[Callable[[], None]] = list(on_close or [])  # run in order after workers stop
         self.join_timeout = join_timeout
+        self.exit_code = 0
 
     def add_worker(self, name: str, step: Callable[[threading.Event], Any], interval: float = 0.0) -> Worker:
-        worker = Worker(name=name, step=step, interval=interval)
+        worker = Worker(name=name, step=step, interval=interval, on_fatal=self.fail)
         self.workers.append(worker)
         return worker
+
+    def fail(self, fatal: Fatal) -> None:
+        """Stop everything; `run()` returns `fatal.code` after the usual clean shutdown."""
+        if not self.stop.is_set():
+            log.error(str(fatal), extra=logs.fields(exitCode=fatal.code))
+            self.exit_code = fatal.code
+            self.stop.set()
 
     def install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: Any) -> None:
@@ -81,7 +104,7 @@ class Daemon:
         signal.signal(signal.SIGINT, handler)
 
     def run(self) -> int:
-        """Start every worker; block until stopped; then close. Returns the exit code (0)."""
+        """Start every worker; block until stopped; then close. Returns the exit code (0, or a Fatal's)."""
         log.info("started", extra=logs.fields(workers=[w.name for w in self.workers]))
         for worker in self.workers:
             worker.thread = threading.Thread(target=worker.loop, args=(self.stop,), name=worker.name,
@@ -101,5 +124,5 @@ class Daemon:
                 close()
             except Exception:
                 log.exception("error while closing")
-        log.info("stopped")
-        return 0
+        log.info("stopped", extra=logs.fields(exitCode=self.exit_code))
+        return self.exit_code

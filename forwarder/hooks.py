@@ -5,12 +5,19 @@ another in name order. A hook sees the event in its environment (SE_EVENT_ID, ..
 forwarder's own environment (which may hold a connection string). Only regular executable files owned
 by root or the service user and not group- or world-writable are run: anyone who can write a hook can
 decide when this VM reboots. A hook that outlives the timeout is killed with its whole process group.
+Files ending in `.example` are documentation (the install ships commented examples that way) and are
+never run; `install_examples` copies the packaged ones into a hook directory.
+
+Whatever IMDS sends reaches a hook only as text an environment can hold: a NUL byte, a lone UTF-16
+surrogate or any other unencodable character in an event field is replaced (U+FFFD), so no IMDS
+string can turn a valid approval into an exception.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -18,14 +25,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from .approvals.settings import DEFAULT_HOOK_DIR, HookSettings
 
 log = logging.getLogger(__name__)
+__all__ = ["DEFAULT_HOOK_DIR", "HookResult", "HookRun", "HookSettings", "Survey", "run_phase", "survey"]
 
 PRE_APPROVE = "pre-approve"
 POST_EVENT = "post-event"
 PHASES = (PRE_APPROVE, POST_EVENT)
-DEFAULT_HOOK_DIR = "/etc/se-forwarder/hooks"
 # Hooks run with this PATH, not the service's: a predictable, root-owned search path.
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -86,13 +95,16 @@ class HookRun:
         }
 
 
-@dataclass
-class HookSettings:
-    hook_dir: str = DEFAULT_HOOK_DIR
-    timeout_seconds: float = 300.0
-    output_limit: int = 4096
-    # uids allowed to own a hook besides root; the service user is added at run time.
-    extra_owner_uids: Sequence[int] = ()
+EXAMPLE_SUFFIX = ".example"
+# NUL ends a C string (Popen refuses it); a surrogate in a str is always a lone one (a pair decodes to
+# one character), which no UTF-8 environment can encode.
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+ENV_VALUE_LIMIT = 8192  # an environment value; IMDS fields are far shorter (Description <= 4096)
+
+
+def env_safe(value: Any) -> str:
+    """`value` as text any environment can hold: no NUL, only encodable characters, bounded."""
+    return _UNSAFE.sub("\ufffd", str(value))[:ENV_VALUE_LIMIT]
 
 
 def event_environment(
@@ -100,6 +112,8 @@ def event_environment(
 ) -> Dict[str, str]:
     """The SE_* variables a hook sees for one IMDS event (fields absent in old api-versions are '')."""
     resources = event.get("Resources") or []
+    if not isinstance(resources, (list, tuple)):
+        resources = [resources]
     env = {
         "SE_EVENT_ID": str(event.get("EventId", "")),
         "SE_EVENT_TYPE": str(event.get("EventType", "")),
@@ -114,7 +128,7 @@ def event_environment(
         "SE_VM_ID": vm_id,
     }
     env.update(extra or {})
-    return env
+    return {env_safe(k): env_safe(v) for k, v in env.items()}
 
 
 def _allowed_owners(settings: HookSettings) -> set:
@@ -165,8 +179,69 @@ def list_hooks(hook_dir: str, phase: str) -> List[Path]:
         directory / n
         for n in names
         if not n.startswith(".")
-        and not n.endswith(("~", ".dpkg-old", ".dpkg-new", ".rpmnew", ".rpmsave"))
+        and not n.endswith(("~", ".dpkg-old", ".dpkg-new", ".rpmnew", ".rpmsave", EXAMPLE_SUFFIX))
     ]
+
+
+@dataclass
+class Survey:
+    """What `run_phase` would find in a phase's directory, without running anything (`check`)."""
+
+    phase: str
+    directory: str
+    unsafe: Optional[str] = None                                  # the whole directory is refused
+    runnable: List[str] = field(default_factory=list)
+    refused: List[Tuple[str, str]] = field(default_factory=list)  # (name, why)
+    skipped: List[str] = field(default_factory=list)              # not executable
+    examples: List[str] = field(default_factory=list)             # *.example, never run
+
+
+def survey(phase: str, settings: HookSettings) -> Survey:
+    directory = Path(settings.hook_dir) / f"{phase}.d"
+    found = Survey(phase, str(directory))
+    owners = _allowed_owners(settings)
+    try:
+        found.unsafe = _unsafe_directory(directory, owners)
+        if found.unsafe is not None:
+            return found
+        if directory.is_dir():
+            found.examples = sorted(p.name for p in directory.iterdir() if p.name.endswith(EXAMPLE_SUFFIX))
+        for path in list_hooks(settings.hook_dir, phase):
+            if path.is_file() and not path.is_symlink() and not os.access(path, os.X_OK):
+                found.skipped.append(path.name)
+                continue
+            reason = _refusal(path, owners)
+            if reason is None:
+                found.runnable.append(path.name)
+            else:
+                found.refused.append((path.name, reason))
+    except OSError as exc:
+        found.unsafe = f"cannot read {directory}: {exc.strerror or exc}"
+    return found
+
+
+def install_examples(hook_dir: str, windows: Optional[bool] = None) -> List[Path]:
+    """Copy the packaged example hooks (forwarder/hook_examples) into `hook_dir`'s phase directories as
+    `*.example` files, which are never run; an existing file is left alone. Returns what was written."""
+    from importlib import resources
+
+    windows = (os.name == "nt") if windows is None else windows
+    wanted = ".cmd.example" if windows else ".sh.example"
+    written: List[Path] = []
+    source = resources.files(__package__).joinpath("hook_examples")
+    for phase in PHASES:
+        target = Path(hook_dir) / f"{phase}.d"
+        for item in source.joinpath(f"{phase}.d").iterdir():
+            if not item.name.endswith(wanted):
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            path = target / item.name
+            if not path.exists():
+                path.write_bytes(item.read_bytes())
+                if os.name == "posix":
+                    os.chmod(path, 0o644)
+                written.append(path)
+    return written
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -196,8 +271,8 @@ def run_one(path: Path, env: Mapping[str, str], settings: HookSettings) -> HookR
                 start_new_session=True,
                 close_fds=True,
             )
-        except OSError as exc:
-            result.refused = f"cannot execute: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:  # ValueError: an environment value Popen refuses
+            result.refused = f"cannot execute: {getattr(exc, 'strerror', None) or exc}"
             return result
         try:
             result.exitCode = proc.wait(timeout=settings.timeout_seconds)

@@ -4,7 +4,8 @@ Rules kept here (from the IMDS docs): `Metadata: true` on every request, never t
 (environment proxy settings are ignored), never follow redirects, no X-Forwarded-For, a first call
 that may take up to 2 minutes, retry with jittered backoff on 410 (for up to 70 s), 429, 5xx,
 connection errors and timeouts, and at most 5 requests per second per VM, shared with
-managed-identity token calls (see `RateLimitedCredential`).
+managed-identity token calls (forwarder/credential.py takes its slots from the same `RateLimiter`).
+Conditional GETs (If-None-Match with the last ETag) when the caller passes one: IMDS may answer 304.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class ImdsHealth:
                 "lastOkAt": iso(self.last_ok_at) if self.last_ok_at else None, "lastError": self.last_error}
 
 
-def _no_proxy_session() -> requests.Session:
+def no_proxy_session() -> requests.Session:
     session = requests.Session()
     session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY and .netrc: IMDS is never proxied
     session.proxies = {}
@@ -140,15 +141,20 @@ class ImdsClient:
         self.stop = stop
         self.health = ImdsHealth()
         self._answered = False  # until IMDS first answers, allow the long (2 min) first-call timeout
-        self._session = _no_proxy_session()
+        self._session = no_proxy_session()
         self._lock = threading.Lock()
 
     # ---- public API -----------------------------------------------------------------------------
 
-    def get_scheduled_events(self) -> ImdsResponse:
+    def get_scheduled_events(self, etag: Optional[str] = None) -> ImdsResponse:
         """GET the scheduled-events document. `.text` is the raw body (the poller parses and validates
-        it, so a malformed body can be quarantined verbatim)."""
-        return self.request("GET", SCHEDULED_EVENTS_PATH, self.api_version)
+        it, so a malformed body can be quarantined verbatim).
+
+        `etag`: the ETag of the last document seen; sent as If-None-Match, and a 304 answer (status 304,
+        empty text) means the document has not changed. IMDS does not promise ETags: without one this
+        is a plain GET. The live check before an approval never passes one (never a cached answer)."""
+        headers = {"If-None-Match": etag} if etag else None
+        return self.request("GET", SCHEDULED_EVENTS_PATH, self.api_version, headers=headers)
 
     def get_compute(self, api_version: str = COMPUTE_API_VERSION) -> Dict[str, Any]:
         """GET /metadata/instance/compute as a dict (identity and grouping of this VM)."""
@@ -190,8 +196,11 @@ class ImdsClient:
         return (self.connect_timeout, read)
 
     def request(self, method: str, path: str, api_version: str,
-                json_body: Optional[Dict[str, Any]] = None) -> ImdsResponse:
-        """One logical request, retried within the budget. Returns only 200 responses."""
+                json_body: Optional[Dict[str, Any]] = None,
+                headers: Optional[Dict[str, str]] = None) -> ImdsResponse:
+        """One logical request, retried within the budget. Returns only 200 responses (and 304 when
+        `headers` carry If-None-Match)."""
+        ok = (200, 304) if headers and "If-None-Match" in headers else (200,)
         url = f"{self.base_url}{path}"
         started = time.monotonic()
         backoff = Backoff(base=self.backoff_base, cap=self.backoff_cap)
@@ -211,7 +220,8 @@ class ImdsClient:
             try:
                 with self._session.request(
                     method, url, params={"api-version": api_version}, json=json_body,
-                    headers={"Metadata": "true"}, timeout=self._timeout(), allow_redirects=False,
+                    headers={"Metadata": "true", **(headers or {})}, timeout=self._timeout(),
+                    allow_redirects=False,
                     stream=True,  # read the body ourselves, capped (see _read_capped)
                 ) as resp:
                     status, text = resp.status_code, self._read_capped(resp, method, url)
@@ -220,11 +230,11 @@ class ImdsClient:
                 status, text = None, ""
                 last = f"{type(exc).__name__}: {exc}"[:300]
                 self._record(None, last)
-            if status == 200:
+            if status in ok:
                 with self._lock:
                     self._answered = True
                     self.health.last_ok_at = time.time()
-                return ImdsResponse(status=200, text=text, url=url, elapsed=time.monotonic() - t0,
+                return ImdsResponse(status=status, text=text, url=url, elapsed=time.monotonic() - t0,
                                     attempts=attempts, headers=dict(resp.headers))
             if status is not None:
                 last_status = status
@@ -277,7 +287,7 @@ class ImdsClient:
         with self._lock:
             self.health.requests += 1
             self.health.last_status = status
-            if status != 200:
+            if status not in (200, 304):
                 self.health.failures += 1
                 self.health.last_error = error or f"HTTP {status}"
 
@@ -292,45 +302,10 @@ class ImdsClient:
         return f"IMDS refused {method} {url}: HTTP {status} ({text[:200].strip()}); {hint}"
 
 
-class RateLimitedCredential:
-    """A `azure.core.credentials.TokenCredential` that takes a slot from the VM's IMDS budget
-    before each token request, so managed-identity calls never push the VM over 5 requests/s.
+def managed_identity_credential(client_id: str, limiter: RateLimiter,
+                                stop: Optional[threading.Event] = None) -> Any:
+    """The VM's managed identity for the Azure SDKs (forwarder/credential.py): tokens from IMDS within
+    its budget, never through a proxy."""
+    from .credential import ManagedIdentityCredential
 
-    Wrap the managed identity credential given to the Event Hubs / Storage queue clients:
-    `RateLimitedCredential(ManagedIdentityCredential(client_id=...), client.limiter)`.
-    """
-
-    def __init__(self, inner: Any, limiter: RateLimiter, timeout: float = 30.0) -> None:
-        self._inner = inner
-        self._limiter = limiter
-        self._timeout = timeout
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        self._limiter.acquire(timeout=self._timeout)
-        return self._inner.get_token(*scopes, **kwargs)
-
-    def get_token_info(self, *scopes: str, options: Optional[Dict[str, Any]] = None) -> Any:
-        self._limiter.acquire(timeout=self._timeout)
-        return self._inner.get_token_info(*scopes, options=options)
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-    def __enter__(self) -> RateLimitedCredential:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-def managed_identity_credential(client_id: str, limiter: Any) -> Any:
-    """`ManagedIdentityCredential`, never through a proxy, each token call inside the IMDS budget."""
-    from azure.core.pipeline.transport import RequestsTransport
-    from azure.identity import ManagedIdentityCredential
-
-    # use_env_settings=False: IMDS (169.254.169.254) must never be reached through HTTP(S)_PROXY.
-    inner = ManagedIdentityCredential(client_id=client_id or None,
-                                      transport=RequestsTransport(use_env_settings=False))
-    return RateLimitedCredential(inner, limiter) if limiter is not None else inner
+    return ManagedIdentityCredential(client_id, limiter, stop)

@@ -6,6 +6,12 @@ incarnation (the state was not advanced) nor publishes it twice (the row and the
 together). A sink drains with `peek()` then `ack()` only after the send succeeded; an acknowledged
 row is deleted in its own committed transaction, so it is never sent again.
 
+Broken state heals: a database SQLite finds corrupt at start ("file is not a database", a failed
+quick_check) is set aside (renamed `outbox.sqlite3.corrupt-<UTC time>`, with its -wal/-shm, kept for
+inspection) and a fresh one is started; the fresh one remembers what was set aside (`setAside` in
+every heartbeat's outbox object, and `se-forwarder check` lists the files). A state directory that is
+not writable is an OutboxError (exit 6), never a half-working daemon.
+
 Bounded: at most `max_rows` pending rows. When full, a put never fails and nothing goes silently:
 the oldest heartbeats are dropped first (a newer heartbeat says the same thing; a new heartbeat
 into an outbox full of incarnations is itself the one dropped), then the oldest
@@ -17,6 +23,8 @@ and reported in heartbeats.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -27,6 +35,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from .clock import iso
 
 DB_NAME = "outbox.sqlite3"
+SET_ASIDE_GLOB = DB_NAME + ".corrupt-*"
+log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 10000
 HEARTBEAT_TYPE = "scheduledevents.heartbeat.v1"
 
@@ -43,8 +53,21 @@ CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-class OutboxError(Exception):
+class StateError(Exception):
+    """The state directory cannot be used (the outbox or the approval ledger): `run` exits 6."""
+
+
+class OutboxError(StateError):
     """The outbox database cannot be opened or written: check --state-dir (exists, writable, disk space)."""
+
+
+class _Corrupt(Exception):
+    """SQLite says the database file is damaged (not an access problem)."""
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    # OperationalError is about access (permissions, locks, I/O); a plain DatabaseError is the file.
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
 
 
 @dataclass
@@ -62,18 +85,57 @@ class Outbox:
             raise ValueError("outbox max_rows must be >= 1")
         self.max_rows = max_rows
         self.path = Path(state_dir) / DB_NAME
+        self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=30000")
-            self._db.executescript(_SCHEMA)
+            if not os.access(self.path.parent, os.W_OK):
+                raise OSError(f"the directory is not writable by this user (uid {_uid()})")
+            try:
+                self._db = self._connect()
+            except _Corrupt as exc:
+                self._db = self._start_fresh(str(exc))
         except (OSError, sqlite3.Error) as exc:
             raise OutboxError(f"cannot open the outbox at {self.path}: {exc}; check --state-dir "
-                              "(it must exist or be creatable, be writable, and have free space)") from exc
-        self._lock = threading.Lock()
+                              "(it must exist or be creatable, be writable by the service user, and have "
+                              "free space)") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open, check and prepare the database; _Corrupt if SQLite finds the file damaged."""
+        db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=30000")
+            (verdict,) = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise _Corrupt(f"quick_check: {verdict}"[:300])
+            db.executescript(_SCHEMA)
+            db.execute("BEGIN IMMEDIATE")  # a write lock now, not at the first put: read-only shows here
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.close()
+            if _is_corrupt(exc):
+                raise _Corrupt(str(exc)) from exc
+            raise
+        except _Corrupt:
+            db.close()
+            raise
+        return db
+
+    def _start_fresh(self, why: str) -> sqlite3.Connection:
+        """Set the damaged database aside (kept for inspection) and open a new one that says so."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.path.with_name(f"{DB_NAME}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(str(self.path) + suffix)
+            if source.exists():
+                os.replace(source, Path(str(aside) + suffix))
+        log.error("outbox %s is corrupt (%s): set aside as %s; starting a fresh outbox (what was pending "
+                  "in it is not sent)", self.path, why, aside)
+        db = self._connect()
+        record = {"path": str(aside), "at": iso(), "error": why[:300]}
+        db.execute("INSERT INTO state(key, value) VALUES ('set_aside', ?)", (json.dumps(record),))
+        return db
 
     # ---- state --------------------------------------------------------------------------------
 
@@ -173,10 +235,14 @@ class Outbox:
         return self.get_state("last_error")
 
     def stats(self) -> Dict[str, Any]:
-        """The heartbeat's `outbox` object."""
+        """The heartbeat's `outbox` object (`setAside`: a corrupt outbox this one replaced, if any)."""
         last = self.last_send_at
-        return {"backlog": self.backlog(), "dropped": self.dropped(),
-                "lastSendAt": iso(last) if last else None, "lastError": self.last_error}
+        stats = {"backlog": self.backlog(), "dropped": self.dropped(),
+                 "lastSendAt": iso(last) if last else None, "lastError": self.last_error}
+        set_aside = self.get_state("set_aside")
+        if set_aside:
+            stats["setAside"] = set_aside
+        return stats
 
     def close(self) -> None:
         with self._lock:
@@ -185,6 +251,15 @@ class Outbox:
             except sqlite3.Error:
                 pass  # another process holds a reader; the WAL is replayed on next open
             self._db.close()
+
+
+def _uid() -> str:
+    return str(os.geteuid()) if hasattr(os, "geteuid") else "?"
+
+
+def set_aside_files(state_dir: Path) -> List[Path]:
+    """Corrupt outboxes set aside in `state_dir` (oldest first), for `se-forwarder check`."""
+    return sorted(p for p in Path(state_dir).glob(SET_ASIDE_GLOB) if not p.name.endswith(("-wal", "-shm")))
 
 
 class _Transaction:

@@ -82,7 +82,12 @@ class Recovery:
         # polls is reported as cancelled: IMDS gives no more).
         ending = "completed" if event.get("EventStatus") == "Started" else "cancelled"
         env = hooks.event_environment(event, self.vm_name, self.vm_id, extra={"SE_EVENT_END": ending})
-        run = hooks.run_phase(hooks.POST_EVENT, env, self.hook_settings)
+        try:
+            run = hooks.run_phase(hooks.POST_EVENT, env, self.hook_settings)
+        except Exception as exc:
+            log.exception("post-event hooks for event %s could not be run", event_id)
+            failed = hooks.HookResult(name="post-event.d", refused=f"{type(exc).__name__}: {exc}")
+            run = hooks.HookRun(hooks.POST_EVENT, str(self.hook_settings.hook_dir), [failed])
         failure = run.failure()
         result = ApprovalResult(
             event_id=event_id,

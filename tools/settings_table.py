@@ -28,8 +28,9 @@ def table() -> str:
         "|---|---|---|---|",
     ]
     for s in SETTINGS:
-        default = "" if s.default in ("", ()) else f"`{_cell(str(s.default))}`"
-        name = f"`{s.flag}` · `{s.env}` · `{s.key}`"
+        default = f"`{_cell(s.default_text)}`" if s.default_text else ""  # as typed: false, Preempt,Terminate
+        flag = f"`{s.flag}` / `--no-{s.flag[2:]}`" if s.is_switch else f"`{s.flag}`"
+        name = f"{flag} · `{s.env}` · `{s.key}`"
         lines.append(f"| VM: forwarder | {name} | {default} | {_cell(s.help)} |")
     app = json.loads((REPO / "central" / "app_settings.json").read_text(encoding="utf-8"))
     for name, meaning in app["settings"].items():

@@ -36,9 +36,10 @@ class Approver:
     vm_id: str
     vm_name: str
     hook_settings: hooks.HookSettings = field(default_factory=hooks.HookSettings)
-    # hook-then-approve with no pre-approve hook installed: False = hook-failed (the safe default:
-    # central asked for a drain that cannot happen here).
-    approve_without_hook: bool = False
+    # hook-then-approve with no pre-approve hook installed: False (default) = approve, and the result's
+    # reason says no hook was installed (a fresh install has none); True (setting
+    # require_pre_approve_hook) = hook-failed, for fleets where every VM must drain first.
+    require_hook: bool = False
     # Observer called right after IMDS accepted a POST, before anything is recorded: the crash tests
     # SIGKILL the process there. Production leaves it None.
     after_post: Optional[Callable[[str], None]] = None
@@ -68,9 +69,9 @@ class Approver:
     ) -> ApprovalResult:
         """Returns the result to publish. Raises ImdsError only when IMDS could not be read before any
         POST (the caller retries later: nothing was decided). `require_hook`: hook-then-approve with no
-        pre-approve hook installed fails (default: `not approve_without_hook`)."""
+        pre-approve hook installed fails (default: the approver's `require_hook`)."""
         if require_hook is None:
-            require_hook = not self.approve_without_hook
+            require_hook = self.require_hook
         base = {"event_id": event_id, "message_id": message_id, "decided_by": decided_by}
         try:
             earlier = self._earlier(event_id, message_id)
@@ -78,16 +79,24 @@ class Approver:
                 return ApprovalResult(**base, **earlier)
             event = gate.live_event(self.imds, event_id, self.vm_name)
             hook_summary = None
+            note = ""
             if action in (HOOK_THEN_APPROVE, HOOK_ONLY):
-                run = hooks.run_phase(
-                    hooks.PRE_APPROVE,
-                    self._hook_env(event, decided_by, message_id, reason),
-                    self.hook_settings,
-                )
+                try:
+                    env = self._hook_env(event, decided_by, message_id, reason)
+                    run = hooks.run_phase(hooks.PRE_APPROVE, env, self.hook_settings)
+                except Exception as exc:
+                    log.exception("event %s: the pre-approve hooks could not be run", event_id)
+                    why = f"pre-approve hooks could not be run: {type(exc).__name__}: {exc}"
+                    return ApprovalResult(**base, outcome=HOOK_FAILED, reason=why[:1024])
                 hook_summary = run.summary()
                 failure = run.failure()
-                if not failure and run.ran == 0 and require_hook and action == HOOK_THEN_APPROVE:
-                    failure = f"no pre-approve hook installed in {run.directory}"
+                if not failure and run.ran == 0 and action == HOOK_THEN_APPROVE:
+                    if require_hook:
+                        failure = (f"no pre-approve hook installed in {run.directory} "
+                                   "(require_pre_approve_hook is on)")
+                    else:
+                        note = (f"; no pre-approve hook installed in {run.directory}: approved without one "
+                                "(require_pre_approve_hook refuses instead)")
                 if failure:
                     log.warning("event %s: %s; not approved", event_id, failure)
                     return ApprovalResult(**base, outcome=HOOK_FAILED, reason=failure, hook=hook_summary)
@@ -100,7 +109,7 @@ class Approver:
                     )
                 # The hook may have taken minutes: the event may have started or vanished meanwhile.
                 event = gate.live_event(self.imds, event_id, self.vm_name)
-            return self._post(event_id, decided_by, message_id, hook_summary)
+            return self._post(event_id, decided_by, message_id, hook_summary, note)
         except Rejected as exc:
             log.warning(
                 "event %s (message %s, by %s) rejected: %s", event_id, message_id, decided_by, exc.reason
@@ -139,7 +148,8 @@ class Approver:
         }
 
     def _post(
-        self, event_id: str, decided_by: str, message_id: Optional[str], hook_summary: Optional[Dict]
+        self, event_id: str, decided_by: str, message_id: Optional[str], hook_summary: Optional[Dict],
+        note: str = "",
     ) -> ApprovalResult:
         base = {
             "event_id": event_id,
@@ -166,7 +176,7 @@ class Approver:
             decided_by,
             message_id,
         )
-        return ApprovalResult(**base, outcome=APPROVED, reason="StartRequests accepted by IMDS")
+        return ApprovalResult(**base, outcome=APPROVED, reason="StartRequests accepted by IMDS" + note)
 
     def _hook_env(
         self, event: Dict, decided_by: str, message_id: Optional[str], reason: str

@@ -49,6 +49,12 @@ def involves(event: Dict[str, Any], vm_name: str) -> bool:
     return vm_name in (event.get("Resources") or [])
 
 
+def has_scheduled(document: Dict[str, Any], vm_name: str) -> bool:
+    """True while the document lists a Scheduled event with this VM in its Resources: the only time an
+    approval can apply, so the only time the approval queue is read."""
+    return any(e.get("EventStatus") == "Scheduled" and involves(e, vm_name) for e in events_of(document))
+
+
 def check_event(document: Dict[str, Any], event_id: str, vm_name: str) -> Dict[str, Any]:
     """The event as IMDS lists it now, or Rejected with why it must not be approved."""
     for event in events_of(document):

@@ -18,12 +18,19 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+from ..outbox import StateError
+
 try:
     import fcntl
 except ImportError:  # Windows: the thread lock alone (one service process)
     fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
+
+
+class LedgerError(StateError):
+    """The ledger's file or lock cannot be opened or written: check --state-dir (writable by the service
+    user, free space). Raised instead of the OSError, so `run`/`approve` end with exit 6 and one line."""
 
 FILE_NAME = "approvals-ledger.json"
 SECTIONS = ("events", "messages", "fastpath")
@@ -51,18 +58,24 @@ class Ledger:
             if self._depth:  # nested in this thread: the file lock is already held
                 yield
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                lock_file = open(self._lock_path, "a+")  # closed in the finally below
+            except OSError as exc:
+                raise LedgerError(f"cannot open the approval ledger lock {self._lock_path}: "
+                                  f"{exc.strerror or exc}; check --state-dir (writable by the service "
+                                  "user, free space)") from exc
             self._depth += 1
-            with open(self._lock_path, "a+") as lock_file:
+            try:
                 if fcntl is not None:
                     fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
-                try:
-                    self._load()
-                    yield
-                finally:
-                    self._depth -= 1
-                    if fcntl is not None:
-                        fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+                self._load()
+                yield
+            finally:
+                self._depth -= 1
+                if fcntl is not None:
+                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+                lock_file.close()
 
     def _load(self) -> None:
         self._data = {s: {} for s in SECTIONS}
@@ -85,19 +98,22 @@ class Ledger:
 
     def _save(self) -> None:
         self._prune()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self._data, fh, separators=(",", ":"), sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        if hasattr(os, "O_DIRECTORY"):
-            fd = os.open(str(self.path.parent), os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self._data, fh, separators=(",", ":"), sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            if hasattr(os, "O_DIRECTORY"):
+                fd = os.open(str(self.path.parent), os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise LedgerError(f"cannot write the approval ledger {self.path}: {exc.strerror or exc}; "
+                              "check --state-dir (writable by the service user, free space)") from exc
 
     def _prune(self) -> None:
         cutoff = time.time() - self.keep_seconds

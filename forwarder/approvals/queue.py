@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from azure.storage.queue import QueueClient
-
 POISON_SUFFIX = "-poison"
 # The SDK's default retries wait 15 s, 18 s, 24 s... inside one call. The reader has its own jittered
 # backoff around each poll, so the SDK retries little and fails fast; short timeouts keep a hung
@@ -23,10 +21,13 @@ def queue_client(
     service_uri: Optional[str] = None,
     connection_string: Optional[str] = None,
     credential: Any = None,
-) -> QueueClient:
+) -> Any:
     """A QueueClient for `queue_name`: from a connection string (Azurite, tests) or the service URI plus a
     credential (production: the IMDS-rate-limited managed identity credential). Messages are read as
-    plain text; `message.decode` accepts plain JSON and base64 JSON alike."""
+    plain text; `message.decode` accepts plain JSON and base64 JSON alike. The SDK is imported here, when
+    the first approval may be waiting, not at start: an idle forwarder does not carry it."""
+    from azure.storage.queue import QueueClient
+
     if connection_string:
         return QueueClient.from_connection_string(connection_string, queue_name, **CLIENT_OPTIONS)
     if not service_uri:

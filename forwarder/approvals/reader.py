@@ -1,4 +1,9 @@
-"""The approval queue reader: polls this VM's queue adaptively and carries out each message.
+"""The approval queue reader: reads this VM's queue while it matters and carries out each message.
+
+An approval only makes sense while IMDS lists a Scheduled event naming this VM, and the poller shows
+the reader every document (`observe`). So the queue is read every `fast_interval` seconds while such
+an event exists, at once when one appears, and NOT AT ALL otherwise: an idle VM costs no queue
+transactions (a message left behind expires by its TTL, which central sets to the decision's expiry).
 
 Per message: poison check (dequeue count) -> decode -> schema -> second pass? -> addressed to this
 VM -> not expired -> `Approver.decide` (live IMDS check, hook, POST) -> publish the result (durable in
@@ -12,12 +17,9 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
-
-from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from .. import logs
 from ..backoff import Backoff
@@ -25,9 +27,10 @@ from ..clock import iso
 from ..imds import ImdsError
 from . import message as msgs
 from .approver import Approver
-from .gate import events_of, involves
+from .gate import has_scheduled
 from .ledger import Ledger
 from .result import APPROVED, REJECTED, ApprovalResult
+from .settings import ReaderSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +39,8 @@ RAW_KEEP = (
 )
 
 
-@dataclass
-class ReaderSettings:
-    fast_interval: float = 2.0  # while this VM has a Scheduled event
-    slow_interval: float = 60.0  # otherwise (and while the queue does not exist)
-    visibility_timeout: int = (
-        360  # > hook timeout + POST: a crash makes the message visible again after it
-    )
-    max_dequeue: int = 5  # dequeued more often than this: poison
-    batch: int = 16  # messages per receive (one transaction)
-    max_clock_skew: float = 300.0
-    poison_queue: bool = False  # try moving poison to <queue>-poison (needs send rights VMs lack)
-    poison_dir: Optional[str] = None  # local copy of every poison/malformed message (nothing is lost)
-
+IDLE_WAIT = 3600.0  # no Scheduled event for this VM: wait for `observe` to wake the reader
+__all__ = ["IDLE_WAIT", "ApprovalReader", "ReaderSettings"]
 
 Publish = Callable[[ApprovalResult], None]
 
@@ -81,21 +73,20 @@ class ApprovalReader:
     # ---- adaptive polling -----------------------------------------------------------------------
 
     def observe(self, document: Dict[str, Any]) -> None:
-        """Called with each IMDS document the daemon reads: go fast while this VM has a Scheduled event."""
-        scheduled = any(
-            e.get("EventStatus") == "Scheduled" and involves(e, self.approver.vm_name)
-            for e in events_of(document)
-        )
-        if scheduled and not self._scheduled:
-            self._wake.set()  # an approval may already be waiting: read now, not after the slow interval
-        self._scheduled = scheduled
+        """Called with each IMDS document the daemon reads: read while this VM has a Scheduled event."""
+        scheduled = has_scheduled(document, self.approver.vm_name)
+        was, self._scheduled = self._scheduled, scheduled
+        if scheduled and not was:
+            self._wake.set()  # an approval may already be waiting: read now
+
+    @property
+    def scheduled(self) -> bool:
+        return self._scheduled
 
     def interval(self) -> float:
         # Fast while Scheduled even if the queue is missing: central creates it with its first
-        # approval, which is exactly what a new Scheduled event is about to bring.
-        if self._scheduled:
-            return self.settings.fast_interval
-        return self.settings.slow_interval
+        # approval, which is exactly what a new Scheduled event is about to bring. Otherwise: no reads.
+        return self.settings.fast_interval if self._scheduled else IDLE_WAIT
 
     def run(self, max_seconds: Optional[float] = None) -> None:
         """Poll until `stop` (or `max_seconds`). Queue errors back off (jittered, capped), never end it."""
@@ -104,7 +95,13 @@ class ApprovalReader:
             self.step(None if end is None else max(0.0, end - time.monotonic()))
 
     def step(self, max_wait: Optional[float] = None) -> None:
-        """One receive and its messages, then the adaptive wait (the daemon's worker step)."""
+        """One receive and its messages, then the adaptive wait (the daemon's worker step). Without a
+        Scheduled event for this VM: no receive, only the wait (until `observe` wakes it)."""
+        if not self._scheduled:
+            self._sleep(IDLE_WAIT if max_wait is None else min(IDLE_WAIT, max_wait))
+            return
+        from azure.core.exceptions import AzureError
+
         try:
             more = self.poll_once()
             self._backoff.reset()
@@ -133,6 +130,8 @@ class ApprovalReader:
 
     def poll_once(self) -> bool:
         """One receive (one queue transaction) and every message in it. True if the batch was full."""
+        from azure.core.exceptions import ResourceNotFoundError
+
         self.stats["receives"] += 1
         try:
             received = list(
@@ -260,6 +259,8 @@ class ApprovalReader:
         return result
 
     def _set_aside(self, item: Any, reason: str) -> str:
+        from azure.core.exceptions import AzureError
+
         if self.poison_queue is not None:
             try:
                 self.poison_queue.send_message(item.content)
@@ -302,6 +303,8 @@ class ApprovalReader:
             return None
 
     def _delete(self, item: Any) -> None:
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
         try:
             self.queue.delete_message(item.id, item.pop_receipt)
         except ResourceNotFoundError:

@@ -1,8 +1,8 @@
 """Where the outbox drains to. `make(config)` picks the sink named by the `sink` setting.
 
 A new sink is a class with `name`, `send(envelopes)` (raises SinkError) and `close()`, plus one
-entry in `FACTORIES` (a callable taking the config and the VM's IMDS rate limiter, which sinks
-that fetch managed-identity tokens share).
+entry in `FACTORIES` (a callable taking the config, the VM's IMDS rate limiter and a callable that
+returns the VM's managed-identity credential, for sinks that need tokens).
 """
 
 from __future__ import annotations
@@ -10,24 +10,27 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from .base import Sink, SinkError
-from .file import FileSink
 
 
 class SinkUnavailable(ValueError):
     """The configured sink cannot be built (unknown name, missing settings)."""
 
 
-def _file(config: Any, limiter: Any = None) -> Sink:
+def _file(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
+    from .file import FileSink
+
     return FileSink(config.sink_path)
 
 
-def _stdout(config: Any, limiter: Any = None) -> Sink:
+def _stdout(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
+    from .file import FileSink
+
     return FileSink(None)
 
 
-def _eventhub(config: Any, limiter: Any = None) -> Sink:
-    """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub."""
-    from ..attestation import for_sink
+def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
+    """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub. `credential`:
+    a callable returning the managed identity credential (made only when no connection string)."""
     from ..imds import managed_identity_credential
     from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink
 
@@ -38,21 +41,27 @@ def _eventhub(config: Any, limiter: Any = None) -> Sink:
         settings.check()
     except EventHubConfigError as exc:
         raise SinkUnavailable(str(exc)) from exc
-    credential = None
+    token_credential = None
     if not settings.connection_string:
-        credential = managed_identity_credential(settings.client_id, limiter)
-    return EventHubSink(settings, credential=credential, authenticator=for_sink(config, limiter))
+        token_credential = (credential() if credential is not None
+                            else managed_identity_credential(settings.client_id, limiter))
+    authenticator = None
+    if getattr(config, "authenticate", False):
+        from ..attestation import for_sink
+
+        authenticator = for_sink(config, limiter)
+    return EventHubSink(settings, credential=token_credential, authenticator=authenticator)
 
 
 FACTORIES: Dict[str, Callable[..., Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}
 
 
-def make(config: Any, limiter: Any = None) -> Sink:
+def make(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
     try:
         factory = FACTORIES[config.sink]
     except KeyError:
         raise SinkUnavailable(f"unknown sink {config.sink!r}; known: {', '.join(FACTORIES)}") from None
-    return factory(config, limiter)
+    return factory(config, limiter, credential)
 
 
-__all__ = ["FACTORIES", "FileSink", "Sink", "SinkError", "SinkUnavailable", "make"]
+__all__ = ["FACTORIES", "Sink", "SinkError", "SinkUnavailable", "make"]

@@ -17,6 +17,11 @@ What `send` does with the outbox's pending rows (in order):
 Retries: the SDK's own retry is kept small (`retry_total`); the publisher backs off with jitter.
 The client is reused across sends and dropped (closed, rebuilt on the next send) after any failure.
 
+Trust: the TLS context verifies Event Hubs against the VM's own CA directory (OpenSSL's hashed
+`capath`, e.g. /etc/ssl/certs), where OpenSSL loads a CA only when a chain needs it; the SDK's
+default loads certifi's whole bundle (~140 certificates, +1.5 MB of RSS) into every connection. A VM
+without a hashed CA directory (or SSL_CERT_DIR) keeps the SDK's default.
+
 Bounded: the SDK can block forever when a peer accepts TCP but never speaks AMQP (its SASL
 handshake reads without a timeout, and `close()` then waits for the same lock). So each send runs
 in a worker thread joined for at most `operation_timeout`; a worker still blocked is abandoned with
@@ -27,6 +32,9 @@ that `send` fails at once instead of starting another, until they end (the peer 
 from __future__ import annotations
 
 import json
+import os
+import re
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -121,8 +129,10 @@ class EventHubSink:
             return EventHubProducerClient.from_connection_string(s.connection_string, **kwargs)
         if self._credential is None:
             raise SinkError("no credential for the managed-identity Event Hubs client", retryable=False)
+        context = tls_context() if s.use_tls else None
+        extra: Dict[str, Any] = {"ssl_context": context} if context is not None else {}
         return EventHubProducerClient(fully_qualified_namespace=s.namespace, eventhub_name=s.eventhub_name,
-                                      credential=self._credential, use_tls=s.use_tls, **retry)
+                                      credential=self._credential, use_tls=s.use_tls, **retry, **extra)
 
     def _producer(self) -> Any:
         if self._client is None:
@@ -174,6 +184,37 @@ class EventHubSink:
                                 "new connection")
             if "error" in outcome:
                 raise outcome["error"]
+
+    def probe(self) -> int:
+        """Open the sender link (authenticated: a missing send right or a wrong hub shows here) without
+        sending anything; returns the largest event the hub accepts. For `se-forwarder check`. Raises
+        SinkError; bounded by `operation_timeout` like a send."""
+        with self._lock:
+            try:
+                producer = self._producer()
+            except Exception as exc:
+                raise SinkError(_describe(exc), retryable=False) from exc
+            outcome: Dict[str, Any] = {}
+
+            def attempt() -> None:
+                try:
+                    # create_batch() opens the link to learn its message size limit; nothing is sent.
+                    outcome["size"] = producer.create_batch().max_size_in_bytes
+                except Exception as exc:  # noqa: BLE001
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=attempt, daemon=True, name="eventhub-probe")
+            worker.start()
+            worker.join(self.settings.operation_timeout)
+            if worker.is_alive():
+                self._stuck.append(worker)
+                self._client = None
+                raise SinkError(f"no answer from Event Hubs ({self.settings.target}) within "
+                                f"{self.settings.operation_timeout:g} s")
+            if "error" in outcome:
+                self._drop_client(producer)
+                raise SinkError(_describe(outcome["error"]), retryable=not _is_auth_error(outcome["error"]))
+            return int(outcome["size"])
 
     def _authenticate(self) -> None:
         from ..attestation import AttestationError
@@ -262,6 +303,24 @@ def _event(env: Dict[str, Any], event_data: Any,
     return event
 
 
+_HASHED = re.compile(r"^[0-9a-f]{8}\.[0-9]+$")
+
+
+def tls_context() -> Optional[ssl.SSLContext]:
+    """A verifying client context over the OS's hashed CA directory (SSL_CERT_DIR or OpenSSL's default),
+    looked up lazily; None when there is none (then the SDK's default, certifi's bundle)."""
+    capath = ssl.get_default_verify_paths().capath
+    try:
+        hashed = bool(capath) and any(_HASHED.match(name) for name in os.listdir(capath))
+    except OSError:
+        hashed = False
+    if not hashed:
+        return None
+    context = ssl.create_default_context(capath=capath)  # verifies the peer and its host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
     """Consecutive envelopes with the same partition key (one forwarder = one VM = one run)."""
     runs: List[Any] = []
@@ -322,7 +381,8 @@ def oversize_note(env: Dict[str, Any], limit: int) -> Dict[str, Any]:
 
 def _is_auth_error(exc: BaseException) -> bool:
     name = type(exc).__name__
-    return name in ("AuthenticationError", "ClientAuthenticationError", "CredentialUnavailableError")
+    return name in ("AuthenticationError", "ClientAuthenticationError", "CredentialUnavailableError",
+                    "TokenUnavailable")
 
 
 def _describe(exc: BaseException) -> str:

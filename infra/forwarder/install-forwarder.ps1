@@ -96,6 +96,9 @@ try {
     }
     if (Test-Path $venv) { Remove-Item -Recurse -Force $venv }
     Move-Item $venvNew $venv
+    # Documented example hooks as *.example files, never run until copied without the suffix.
+    & (Join-Path $venv "Scripts\python.exe") -c "import sys; from forwarder.hooks import install_examples; install_examples(sys.argv[1])" $HookDir
+    if ($LASTEXITCODE -ne 0) { Fail "installing the example hooks failed" }
 
     # ACLs by SID (names are localized): SYSTEM S-1-5-18, Administrators S-1-5-32-544, LOCAL SERVICE
     # S-1-5-19. Program and config read-only for the service account; state writable by it.

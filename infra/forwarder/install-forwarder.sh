@@ -102,6 +102,10 @@ fi
 "$python_bin" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d, dict)' "$tmp_config" \
   || die "the config is not a JSON object"
 install -m 0640 -o root -g "$SERVICE_USER" "$tmp_config" "$CONFIG_DIR/config.json"
+# Documented example hooks, as *.example files the forwarder never runs (copy one without the suffix
+# to enable it); an existing file is left alone.
+"$PREFIX/venv/bin/python" -c 'import sys; from forwarder.hooks import install_examples; install_examples(sys.argv[1])' \
+  "$CONFIG_DIR/hooks"
 install -d -m 0750 -o "$SERVICE_USER" -g "$SERVICE_USER" "$STATE_DIR"
 
 log "installing the systemd unit"

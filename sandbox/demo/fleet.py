@@ -281,8 +281,8 @@ class Fleet:
                 "--approval-fast-interval", f"{s.approval_fast_interval:g}",
                 "--approval-slow-interval", f"{s.approval_slow_interval:g}",
                 "--approval-visibility-timeout", "60", "--hook-dir", str(hook_dir), "--hook-timeout", "20",
-                "--local-approve", "true" if s.local_approve else "false",
-                "--authenticate", "true" if s.authenticate else "false"]
+                "--local-approve" if s.local_approve else "--no-local-approve",
+                "--authenticate" if s.authenticate else "--no-authenticate"]
         # Connection strings through the environment, not argv (ps shows argv to every local user).
         env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
         env["SE_FORWARDER_EVENTHUB_CONNECTION_STRING"] = processes.eventhubs_connection_string(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -98,7 +99,7 @@ class MetadataService:
         body = json.dumps(doc, separators=(",", ":")).encode()
         # ETag support is ours: the docs do not promise it, so clients must work without it.
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        if req.headers.get("If-None-Match") == etag:
+        if etag_matches(req.headers.get("If-None-Match"), etag):
             return Response(304, b"", {"ETag": etag})
         return Response(200, body, {"Content-Type": "application/json; charset=utf-8", "ETag": etag})
 
@@ -140,11 +141,46 @@ class MetadataService:
                                        "error_description": "Required query variable 'resource' is missing"})
         now = int(time.time())
         ident = self.fabric.vm(req.vm).identity
-        doc = {"access_token": f"sandbox-fake-token.{ident.vmId}.{now}", "refresh_token": "",
+        doc = {"access_token": sandbox_token(ident, resource, now), "refresh_token": "",
                "expires_in": "86399", "expires_on": str(now + 86399), "ext_expires_in": "86399",
                "not_before": str(now), "resource": resource, "token_type": "Bearer",
                "client_id": ident.vmId}
         return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
+
+
+SANDBOX_TENANT = "00000000-0000-0000-0000-00000000beef"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def sandbox_token(ident: Any, resource: str, now: int, lifetime: int = 86399) -> str:
+    """A JWT-shaped managed-identity token, as Entra ID issues them (aud = the resource, iss = the tenant's
+    STS, iat/nbf/exp, the VM's identity in oid/xms_mirid), with an invalid signature: emulators that
+    check a token's shape and lifetime without verifying it (Azurite's `--oauth basic`) accept it; nothing
+    that verifies signatures ever will. It is not a credential for anything."""
+    header = {"typ": "JWT", "alg": "RS256", "kid": "sandbox-unsigned"}
+    claims = {"aud": resource, "iss": f"https://sts.windows.net/{SANDBOX_TENANT}/", "iat": now, "nbf": now,
+              "exp": now + lifetime, "tid": SANDBOX_TENANT, "oid": ident.vmId, "sub": ident.vmId,
+              "appid": ident.vmId, "xms_mirid": ident.resourceId, "ver": "1.0"}
+    parts = [json.dumps(part, separators=(",", ":")).encode() for part in (header, claims)]
+    return ".".join([*(_b64url(part) for part in parts), _b64url(b"sandbox-unsigned")])
+
+
+def etag_matches(if_none_match: Optional[str], etag: str) -> bool:
+    """RFC 9110 If-None-Match: `*`, or a comma-separated list of entity tags compared weakly (a `W/`
+    prefix on either side is ignored), e.g. `W/"a", "b"`."""
+    if not if_none_match:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+
+    def opaque(tag: str) -> str:
+        tag = tag.strip()
+        return tag[2:] if tag[:2] in ("W/", "w/") else tag
+
+    return opaque(etag) in {opaque(t) for t in if_none_match.split(",") if t.strip()}
 
 
 def _start_request_ids(payload: Any) -> Any:

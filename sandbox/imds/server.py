@@ -56,7 +56,7 @@ def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
 
 
 class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, like IMDS; every answer carries Content-Length
+    protocol_version = "HTTP/1.1"  # keep-alive, like IMDS (see _send)
     server_version = "IMDS-sandbox"
     sim: Simulator  # set on the subclass built by serve()
 
@@ -76,21 +76,58 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def _dispatch(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY:
-            self.close_connection = True  # the body cannot be skipped safely: drop the connection after
-            self._send(error(413 if length > 0 else 400, f"bad Content-Length (at most {MAX_BODY} bytes)"))
-            return
-        body = self.rfile.read(length) if length > 0 else b""
+        body = self._read_body()
+        if body is None:
+            return  # answered (400/411/413) and the connection marked to close
         try:
             response = self._route(body)
         except Exception as exc:  # noqa: BLE001 - a simulator bug must answer 500, not kill the connection
             traceback.print_exc(file=sys.stderr)
             response = error(500, f"simulator error: {type(exc).__name__}: {exc}")
         self._send(response)
+
+    def _read_body(self) -> Optional[bytes]:
+        """The request body (Content-Length or chunked), or None after answering a body we cannot read
+        safely; then the connection is closed, since the rest of it cannot be told from the next request."""
+        coding = (self.headers.get("Transfer-Encoding") or "").strip().lower()
+        if coding:
+            if coding != "chunked":
+                return self._refuse(501, f"Transfer-Encoding {coding!r} is not supported (only chunked)")
+            return self._read_chunked()
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        if not raw.strip().isdigit():
+            return self._refuse(400, "bad Content-Length")
+        length = int(raw)
+        if length > MAX_BODY:
+            return self._refuse(413, f"request body over {MAX_BODY} bytes")
+        return self.rfile.read(length) if length else b""
+
+    def _read_chunked(self) -> Optional[bytes]:
+        chunks: List[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1026)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                return self._refuse(400, "bad chunk size line")
+            if size == 0:
+                while self.rfile.readline(8194).strip():  # trailers, up to the blank line
+                    pass
+                return b"".join(chunks)
+            total += size
+            if total > MAX_BODY:
+                return self._refuse(413, f"request body over {MAX_BODY} bytes")
+            chunks.append(self.rfile.read(size))
+            if self.rfile.read(2) != b"\r\n":
+                return self._refuse(400, "chunk not followed by CRLF")
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.close_connection = True
+        self._send(error(status, message))
+        return None
 
     def _route(self, body: bytes) -> Response:
         url = urlsplit(self.path)
@@ -116,12 +153,19 @@ class Handler(BaseHTTPRequestHandler):
         return response
 
     def _send(self, response: Response) -> None:
+        """HTTP/1.1 as a real server answers: a length on every answer that has a body (none on 304,
+        which never has one), and `Connection: close` whenever this connection ends after the answer
+        (the client asked for it, or its request could not be read), so a client that keeps
+        connections alive never writes its next request into a socket being closed."""
         self.send_response(response.status)
         for key, value in response.headers.items():
             self.send_header(key, value)
-        self.send_header("Content-Length", str(len(response.body)))
+        if response.status != 304 and not 100 <= response.status < 200:
+            self.send_header("Content-Length", str(len(response.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        if response.body and self.command != "HEAD":
+        if response.body and self.command != "HEAD" and response.status != 304:
             self.wfile.write(response.body)
 
     def log_message(self, format: str, *args: object) -> None:

@@ -138,7 +138,7 @@ def test_every_fault_kind_is_survived_and_the_next_incarnation_published(
 def run_check(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config.json"
     config.write_text("{}")
-    return subprocess.run([sys.executable, "-m", "forwarder", "check", "--config", str(config),
+    return subprocess.run([sys.executable, "-m", "forwarder", "check", "--json", "--config", str(config),
                            *args], capture_output=True, text=True, timeout=60, cwd=processes.REPO,
                           env={"PATH": "/usr/bin:/bin", **DEAD_PROXY})
 
@@ -156,9 +156,10 @@ def test_check_exit_codes(imds_server: processes.Server, tmp_path: Path) -> None
     admin(imds_server, "POST", "faults", {"kind": "invalid", "count": 1})
     invalid = run_check(tmp_path, "--imds-url", url, "--state-dir", str(tmp_path))
     assert invalid.returncode == 5 and '"valid": false' in invalid.stdout
-    refused = run_check(tmp_path, "--imds-url", url, "--api-version", "2015-01-01",
-                        "--state-dir", str(tmp_path))
-    assert refused.returncode == 4 and "api-version" in refused.stdout
+    refused = run_check(tmp_path, "--imds-url", url + "/not-imds", "--state-dir", str(tmp_path))
+    assert refused.returncode == 4 and "HTTP 404" in refused.stdout
+    unknown_version = run_check(tmp_path, "--imds-url", url, "--api-version", "2015-01-01")
+    assert unknown_version.returncode == 2 and "api_version '2015-01-01'" in unknown_version.stderr
     down = run_check(tmp_path, "--imds-url", f"http://127.0.0.1:{processes.free_port()}",
                      "--state-dir", str(tmp_path))
     assert down.returncode == 3 and '"answered": false' in down.stdout

@@ -55,8 +55,8 @@ def test_check_and_run_on_python39(venv39: Path, tmp_path: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
         env.pop("PYTHONPATH", None)
         # cwd outside the repo: the installed package runs, not the source tree
-        check = subprocess.run([str(venv39 / "bin" / "se-forwarder"), "check", *common], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=120, env=env)
+        check = subprocess.run([str(venv39 / "bin" / "se-forwarder"), "check", "--json", *common],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
         assert check.returncode == 0, check.stderr[-2000:]
         report = json.loads(check.stdout)
         assert report["identity"]["name"] == "vm0"

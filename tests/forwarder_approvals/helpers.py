@@ -79,9 +79,7 @@ class Rig:
         return doc
 
     def poll(self) -> None:
-        self.service._ready()
-        assert self.service.reader is not None
-        self.service.reader.poll_once()
+        self.service.ensure_reader().poll_once()
 
     # ---- what happened ----------------------------------------------------------------------
     def posts(self, vm: Optional[str] = None) -> List[Dict[str, Any]]:

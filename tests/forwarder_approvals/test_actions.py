@@ -58,12 +58,40 @@ def test_hook_then_approve_timeout_killed_no_post(rig: Rig) -> None:
     assert rig.results()[0]["data"]["hook"]["hooks"][0]["timedOut"] is True
 
 
-def test_hook_then_approve_without_any_hook_is_hook_failed(rig: Rig) -> None:
+def test_hook_then_approve_without_any_hook_approves_and_says_so(rig: Rig) -> None:
+    """A fresh install has no pre-approve hook: the default policy's hook-then-approve approves plainly;
+    the result's reason (an existing field, no schema change) says no hook was installed."""
+    event_id = _event(rig)
+    rig.send(approval(event_id, action="hook-then-approve"))
+    rig.poll()
+    assert len(rig.posts()) == 1
+    ((outcome, reason),) = rig.outcomes()
+    assert outcome == "approved" and "no pre-approve hook installed" in reason, reason
+    assert rig.results()[0]["data"]["hook"]["hooks"] == []
+
+
+def test_hook_then_approve_without_any_hook_fails_when_a_hook_is_required(rig: Rig) -> None:
+    rig.service.settings.require_hook = True  # require_pre_approve_hook (before the approver is built)
     event_id = _event(rig)
     rig.send(approval(event_id, action="hook-then-approve"))
     rig.poll()
     assert rig.posts() == []
-    assert rig.outcomes()[0][0] == "hook-failed" and "no pre-approve hook" in rig.outcomes()[0][1]
+    ((outcome, reason),) = rig.outcomes()
+    assert outcome == "hook-failed" and "no pre-approve hook" in reason
+    assert "require_pre_approve_hook" in reason
+
+
+def test_an_imds_description_no_environment_can_hold_never_escapes_the_approver(rig: Rig) -> None:
+    """A NUL byte and a lone surrogate in Description (what JSON from IMDS may carry) reach the hook as
+    U+FFFD; the approval goes through instead of becoming an exception and a poison message."""
+    out = rig.hook_dir / "seen"
+    write_hook(rig.hook_dir, "pre-approve", "10-record", f'printf "%s" "$SE_DESCRIPTION" > {out}')
+    event_id = rig.sim.add_event(eventType="Reboot", resources=["vm0"],
+                                 description="drain\u0000now \ud800 please")["eventId"]
+    rig.send(approval(event_id, action="hook-then-approve"))
+    rig.poll()
+    assert [o for o, _ in rig.outcomes()] == ["approved"] and len(rig.posts()) == 1
+    assert out.read_text(encoding="utf-8") == "drain\ufffdnow \ufffd please"
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_daemon_approves_from_queue_and_publishes_result(
         "SE_FORWARDER_STATE_DIR": str(tmp_path / "s"),
         "SE_FORWARDER_SINK": "file",
         "SE_FORWARDER_SINK_FILE": str(sink),
-        "SE_FORWARDER_POLL_INTERVAL": "0.2",
+        "SE_FORWARDER_POLL_INTERVAL": "0.25",
         "SE_FORWARDER_QUEUE_CONNECTION_STRING": conn,
         "SE_FORWARDER_APPROVAL_FAST_INTERVAL": "0.2",
         "SE_FORWARDER_APPROVAL_SLOW_INTERVAL": "2",

@@ -39,10 +39,13 @@ def test_queue_outage_retries_and_recovers(sim: ImdsSimulator, tmp_path: Path) -
     rig = make_rig(sim.base_url, first.extra["connection_string"], tmp_path)
     stop = threading.Event()
     try:
-        event_id = sim.add_event(eventType="Reboot", resources=["vm0"])["eventId"]
-        rig.observe()  # a Scheduled event: fast polling
-        reader = rig.service.reader
-        assert reader is not None
+        # A week of notice: the event stays Scheduled however long the outage and Azurite's restart take
+        # on a loaded machine (with the default 15 min = 15 s real it could start first, and then no
+        # approval may be POSTed: the flake this test once had).
+        week = 7 * 24 * 3600
+        event_id = sim.add_event(eventType="Reboot", resources=["vm0"], noticeSeconds=week)["eventId"]
+        rig.observe()  # a Scheduled event: the queue is read
+        reader = rig.service.ensure_reader()
         reader.stop = stop
         thread = threading.Thread(target=reader.run, kwargs={"max_seconds": 60}, daemon=True)
         thread.start()
@@ -54,9 +57,10 @@ def test_queue_outage_retries_and_recovers(sim: ImdsSimulator, tmp_path: Path) -
         second = processes.start_azurite(log_dir=tmp_path / "azurite2", ports=first.ports)
         rig.queue.create_queue()  # a new, empty Azurite: central would re-create the queue on send
         rig.send(approval(event_id))
-        wait_for(lambda: rig.posts(), timeout=30, interval=0.1)
-        wait_for(lambda: rig.results(), timeout=10, interval=0.1)
+        wait_for(lambda: rig.posts(), timeout=60, interval=0.1)
+        wait_for(lambda: rig.results(), timeout=30, interval=0.1)
         assert rig.outcomes()[0][0] == "approved" and len(rig.posts()) == 1
+        assert sim.event(event_id)["state"] == "Started"  # approved by the POST, not by NotBefore
     finally:
         stop.set()
         rig.service.close()

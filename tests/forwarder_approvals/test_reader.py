@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 
 import schemas
+from forwarder.approvals.reader import IDLE_WAIT
 
 from .helpers import VM0, VM1, Rig, approval
 
@@ -164,22 +166,42 @@ def test_missing_queue_is_no_messages(rig: Rig) -> None:
     assert rig.service.reader is not None
     assert rig.service.reader.queue_missing
     assert rig.service.reader.stats["errors"] == 0
-    assert rig.service.reader.interval() == 1.0  # the slow interval
+    assert rig.service.reader.interval() == IDLE_WAIT  # no Scheduled event: not read at all
 
 
-def test_interval_fast_only_while_this_vm_has_a_scheduled_event(rig: Rig) -> None:
+def test_the_queue_is_read_only_while_this_vm_has_a_scheduled_event(rig: Rig) -> None:
     rig.observe()
-    reader = rig.service.reader
-    assert reader is not None and reader.interval() == 1.0
+    assert rig.service.reader is None  # idle: no reader built, the queue SDK client not even made
+    rig.service.step(threading.Event())  # the worker's step while idle: waits, reads nothing
+    assert rig.service.reader is None
+    reader = rig.service.ensure_reader()
+    assert reader.interval() == IDLE_WAIT
+    reader.step(max_wait=0.2)
+    assert reader.stats["receives"] == 0
     _event(rig, resources=["vm1"], audience=["vm0", "vm1"])  # not ours
     rig.observe()
-    assert reader.interval() == 1.0
+    reader.step(max_wait=0.2)
+    assert reader.interval() == IDLE_WAIT and reader.stats["receives"] == 0
     event_id = _event(rig)
     rig.observe()
     assert reader.interval() == 0.2
+    reader.step(max_wait=0.2)
+    assert reader.stats["receives"] == 1
     rig.sim.cancel(event_id)
     rig.observe()
-    assert reader.interval() == 1.0
+    reader.step(max_wait=0.2)
+    assert reader.interval() == IDLE_WAIT and reader.stats["receives"] == 1
+
+
+def test_the_worker_builds_the_reader_when_an_event_appears(rig: Rig) -> None:
+    stop = threading.Event()
+    rig.observe()
+    rig.service.step(stop)
+    assert rig.service.reader is None
+    _event(rig)
+    rig.observe()
+    rig.service.step(stop)  # builds the reader and reads at once
+    assert rig.service.reader is not None and rig.service.reader.stats["receives"] >= 1
 
 
 def test_poison_message_deleted_after_report(rig: Rig) -> None:
@@ -203,9 +225,7 @@ def test_poison_message_moved_when_allowed(rig: Rig) -> None:
 
     from forwarder.approvals.queue import poison_queue_name
 
-    rig.service._ready()
-    reader = rig.service.reader
-    assert reader is not None
+    reader = rig.service.ensure_reader()
     poison = QueueClient.from_connection_string(rig.service.settings.queue_connection_string,
                                                 poison_queue_name(rig.queue.queue_name))
     try:

@@ -134,7 +134,7 @@ def check_report(imds: processes.Server, state_dir: Path, connection_string: str
     config = state_dir.parent / "check-config.json"
     config.write_text("{}")
     proc = subprocess.run(
-        [sys.executable, "-m", "forwarder", "check", "--config", str(config),
+        [sys.executable, "-m", "forwarder", "check", "--json", "--config", str(config),
          "--imds-url", imds_url(imds, vm), "--state-dir", str(state_dir),
          "--eventhub-connection-string", connection_string],
         cwd=processes.REPO, capture_output=True, text=True, timeout=60)

@@ -53,7 +53,7 @@ def receive_all(connection_string: str, want: int, timeout: float = 30.0) -> Lis
 def test_every_published_event_authenticates_as_its_vm(rig: dict, tmp_path: Path) -> None:
     connection = processes.eventhubs_connection_string(rig["hub"].port, HUB)
     forwarder = eh_forwarder(rig["imds"], tmp_path / "state", connection,
-                             extra=["--authenticate", "true", "--heartbeat-interval", "1"]).start()
+                             extra=["--authenticate", "--heartbeat-interval", "1"]).start()
     try:
         schedule(rig["imds"])
         events = receive_all(connection, want=4)

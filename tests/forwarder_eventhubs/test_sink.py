@@ -13,7 +13,8 @@ import pytest
 import schemas
 from forwarder import config as cfg
 from forwarder import sinks
-from forwarder.imds import RateLimitedCredential, managed_identity_credential
+from forwarder.credential import ManagedIdentityCredential
+from forwarder.imds import managed_identity_credential
 from forwarder.ratelimit import RateLimiter
 from forwarder.sinks.base import SinkError
 from forwarder.sinks.eventhub import (
@@ -164,7 +165,8 @@ def test_eventhub_is_the_default_sink_when_its_settings_are_given(tmp_path: Path
 def test_managed_identity_credential_is_rate_limited_and_bypasses_proxies() -> None:
     limiter = RateLimiter()
     credential = managed_identity_credential("00000000-0000-0000-0000-000000000001", limiter)
-    assert isinstance(credential, RateLimitedCredential)
+    assert isinstance(credential, ManagedIdentityCredential) and credential.http.limiter is limiter
+    assert credential.http.session.trust_env is False  # HTTP(S)_PROXY never applies to IMDS
     sink = EventHubSink(EventHubSettings(namespace="ns.servicebus.windows.net", eventhub_name="h"),
                         credential=credential)
     assert sink.name == "eventhub:ns.servicebus.windows.net/h"
@@ -186,10 +188,11 @@ def _no_client() -> Any:
 
 def test_managed_identity_token_comes_from_imds_within_its_budget_and_the_send_succeeds(
         server: processes.Server, imds_server: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The production auth path end to end: azure-identity's ManagedIdentityCredential gets its token
-    from the IMDS simulator (pointed at by azure-identity's own AZURE_POD_IDENTITY_AUTHORITY_HOST),
-    through the rate-limited wrapper; the SDK puts it on $cbs; the send lands. Only use_tls=False
-    differs from production (the sandbox server speaks plain AMQP)."""
+    """The production auth path end to end: the forwarder's managed identity (MSAL's ManagedIdentityClient,
+    azure-identity's engine on a VM) gets its token from the IMDS simulator (pointed at by
+    AZURE_POD_IDENTITY_AUTHORITY_HOST, which both honour), inside the VM's IMDS budget; the SDK puts it on
+    $cbs; the send lands. Only use_tls=False differs from production (the sandbox server speaks plain
+    AMQP; bench/forwarder_footprint.py runs the same path over TLS)."""
     monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds_url(imds_server))
     admin(imds_server, "DELETE", "/requests")
     limiter = CountingLimiter()

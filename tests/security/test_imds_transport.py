@@ -42,7 +42,7 @@ def test_check_cli_ignores_every_proxy_variable(imds_server: processes.Server, p
            "NO_PROXY": "example.invalid", "no_proxy": "example.invalid"}
     (tmp_path / "config.json").write_text("{}")
     done = subprocess.run(
-        [sys.executable, "-m", "forwarder", "check", "--config", str(tmp_path / "config.json"),
+        [sys.executable, "-m", "forwarder", "check", "--json", "--config", str(tmp_path / "config.json"),
          "--imds-url", f"http://{processes.LOOPBACK}:{imds_server.port}/vms/vm0",
          "--state-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, cwd=processes.REPO, env=env)
