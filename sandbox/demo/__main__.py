@@ -1,6 +1,8 @@
-"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture]`: run the demo, print the timeline and
-the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With --capture the hub
-also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on them."""
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install]`: run the demo, print
+the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With
+--capture the hub also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on
+them. With --fresh-install the fleet is a new operator's (default policy, no custom hook) and the scenes are
+the impactful events that must then pass quietly: approved plainly, no critical alert."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, List, Optional
 
-from sandbox.demo import timeline
+from sandbox.demo import scenario, timeline
 from sandbox.demo.fleet import FleetSettings
-from sandbox.demo.run import WORK, Outcome, run
+from sandbox.demo.run import WORK, Outcome, fresh_install, run
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -53,12 +55,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--capture", action="store_true",
                         help="Event Hubs Capture on: Avro files kept in <work>/capture, then the example "
                              "analysis writes <work>/analysis/summary.md and summary.png")
+    parser.add_argument("--fresh-install", action="store_true",
+                        help="default policy (no POLICY_JSON), forwarders with default settings and no "
+                             "custom hook: a Reboot, a Redeploy and a long Freeze, each approved with no "
+                             "critical alert")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
-        outcome = run(args.work, say=lambda text: print(text, flush=True),
-                      settings=FleetSettings(work=args.work, capture=args.capture))
+        if args.fresh_install:
+            settings, plan = fresh_install(args.work, capture=args.capture), scenario.fresh_install_scenes()
+        else:
+            settings, plan = FleetSettings(work=args.work, capture=args.capture), scenario.scenes()
+        outcome = run(args.work, say=lambda text: print(text, flush=True), settings=settings, plan=plan)
     except KeyboardInterrupt:
         print("\ninterrupted: every process was stopped", file=sys.stderr, flush=True)
         return 130

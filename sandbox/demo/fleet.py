@@ -75,8 +75,9 @@ class FleetSettings:
     approval_fast_interval: float = 2.0         # the forwarder's defaults
     approval_slow_interval: float = 60.0
     reevaluate_schedule: str = "*/2 * * * * *"  # central's timer (NCRONTAB, seconds first)
-    policy: Dict[str, Any] = field(default_factory=lambda: dict(POLICY))
+    policy: Optional[Dict[str, Any]] = field(default_factory=lambda: dict(POLICY))  # None: built-in defaults
     local_approve: bool = True                  # the fast path approves Preempt/Terminate itself
+    drain_hook: bool = True                     # False: only the install's *.example hooks (a fresh install)
     hook_seconds: float = HOOK_SECONDS
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
@@ -230,12 +231,13 @@ class Fleet:
             "EVENTHUB_NAME": HUB,
             "EVENTHUB_CONSUMER_GROUP": CONSUMER_GROUP,
             "TABLE_PREFIX": TABLE_PREFIX,
-            "POLICY_JSON": json.dumps(s.policy),
             "ALERT_WEBHOOK_URL": f"{self.webhook_url}/alerts/demo",
             "ALERT_WEBHOOK_FORMAT": "generic",
             "REEVALUATE_SCHEDULE": s.reevaluate_schedule,
             "LEADER_LIVENESS_SECONDS": "60",
         }
+        if s.policy is not None:  # None: no POLICY_JSON at all, as a fresh deployment has
+            values["POLICY_JSON"] = json.dumps(s.policy)
         if s.authenticate:
             values["AUTHN_TRUST_PEM"] = (self.work / "attestation" / "trust.pem").read_text()
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
@@ -248,15 +250,21 @@ class Fleet:
 
     # ---- a forwarder per VM ---------------------------------------------------------------------
     def _write_hook(self, vm: VmSpec) -> Path:
-        """pre-approve.d/10-drain: prints, records its start and end, takes ~1 s, exits 0.
+        """pre-approve.d/10-drain: prints, records its start and end, takes ~1 s, exits 0. Without
+        `drain_hook`, the hook directory is what the VM install leaves: the documented *.example hooks only.
 
         The forwarder runs only hooks owned by us and not group/world-writable, in directories with
         the same rules (forwarder/hooks.py), hence the explicit modes."""
+        from forwarder.hooks import install_examples
+
         hook_dir = self.vm_dir(vm.name) / "hooks"
         pre = hook_dir / "pre-approve.d"
         pre.mkdir(parents=True)
         for d in (hook_dir, pre):
             d.chmod(0o755)
+        install_examples(str(hook_dir))
+        if not self.settings.drain_hook:
+            return hook_dir
         script = pre / "10-drain"
         script.write_text(_HOOK.format(python=sys.executable, record=str(self.hook_record),
                                        seconds=self.settings.hook_seconds))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from sandbox import processes
 from sandbox.demo import scenario
@@ -33,13 +33,22 @@ class Outcome:
         return not self.error and bool(self.checks) and all(c.ok for c in self.checks)
 
 
+def fresh_install(work: Path, **overrides: Any) -> FleetSettings:
+    """The fleet as a new operator has it: no POLICY_JSON (built-in defaults), forwarders on their default
+    approval settings (no local approve) and only the install's *.example hooks."""
+    return FleetSettings(work=work, policy=None, local_approve=False, drain_hook=False, **overrides)
+
+
 def run(work: Path = WORK, say: Callable[[str], None] = print,
-        settings: Optional[FleetSettings] = None) -> Outcome:
+        settings: Optional[FleetSettings] = None, plan: Optional[List[Scene]] = None) -> Outcome:
     settings = settings or FleetSettings(work=work)
-    outcome = Outcome(plan=scenario.scenes())
+    outcome = Outcome(plan=plan if plan is not None else scenario.scenes())
     fleet = Fleet(settings)
     began = time.monotonic()
     try:
+        policy = "the built-in default policy" if settings.policy is None else "the scenario's policy"
+        hooks = "a drain hook" if settings.drain_hook else "only the install's *.example hooks"
+        say(f"policy: {policy}; forwarders with {hooks}")
         say(f"starting Azurite, Event Hubs, the IMDS simulator ({len(settings.vms)} VMs, time scale "
             f"{settings.time_scale:g}), the webhook receiver, {settings.central_instances} Functions runner "
             f"instances (central; sender authentication {'on' if settings.authenticate else 'off'}) and "

@@ -6,6 +6,9 @@ Scenes (sequential, each bounded in time):
   c  Redeploy on vm-a               central asks hook-then-approve: vm-a drains, then POSTs
   d  Preempt on vm-c                30 s notice: the VM's fast path drains and approves on its own
 
+`--fresh-install` plays fresh_install_scenes() instead, on a fleet as a new operator has it: no POLICY_JSON
+(the built-in defaults), forwarders with their default settings and only the install's *.example hooks.
+
 The evidence comes from the components' own records: the simulator (its events and request log),
 the webhook receiver (alerts as delivered), central's log store tables, and the drain hook's record.
 """
@@ -38,6 +41,7 @@ class Scene:
     decided_by: str              # who the approval result must name
     hook_first: bool             # the drain hook ran on the approver before the POST
     central_message: Optional[str]  # action of central's one approval message, None: no message
+    no_hook_installed: bool = False  # the approver had no pre-approve hook: approved plainly, and says so
     event_id: str = ""
     created: Dict[str, Any] = field(default_factory=dict)
 
@@ -63,6 +67,26 @@ def scenes() -> List[Scene]:
         Scene("d", "a Preempt of vm-c (30 s notice), handled on the VM by the fast path",
               {"eventType": "Preempt", "eventSource": "Platform", "resources": ["vm-c"], "startedSeconds": s},
               "vm-c", "local:fastpath", True, None),
+    ]
+
+
+def fresh_install_scenes() -> List[Scene]:
+    """The events the issue found noisy on a fresh install: each is `default:impactful`
+    (approve-after-hook), the VM has no hook installed, so it approves plainly and reports that as info."""
+    s = STARTED_SECONDS
+    rule = "policy:default:impactful"
+    return [
+        Scene("f1", "a platform Reboot of vm-a, no pre-approve hook installed",
+              {"eventType": "Reboot", "eventSource": "Platform", "resources": ["vm-a"], "startedSeconds": s},
+              "vm-a", rule, False, "hook-then-approve", no_hook_installed=True),
+        Scene("f2", "a Redeploy of vm-b, no pre-approve hook installed",
+              {"eventType": "Redeploy", "eventSource": "Platform", "resources": ["vm-b"],
+               "startedSeconds": s},
+              "vm-b", rule, False, "hook-then-approve", no_hook_installed=True),
+        Scene("f3", "a 30 s Freeze of vm-c (not a short one), no pre-approve hook installed",
+              {"eventType": "Freeze", "eventSource": "Platform", "resources": ["vm-c"],
+               "durationInSeconds": 30, "startedSeconds": s},
+              "vm-c", rule, False, "hook-then-approve", no_hook_installed=True),
     ]
 
 
@@ -216,6 +240,11 @@ def _check_scene(scene: Scene, ev: Evidence) -> List[Check]:
         approved == [(scene.approver, scene.decided_by)],
         f"results {[(r.get('LeaderVmName'), r.get('State'), r.get('DecidedBy')) for r in results]}")
 
+    if scene.no_hook_installed:
+        reasons = [str(r.get("Reason", "")) for r in results if r.get("State") == "approved"]
+        add("the result says no pre-approve hook was installed (approved plainly)",
+            len(reasons) == 1 and "no pre-approve hook installed" in reasons[0], f"result reasons {reasons}")
+
     runs = [h for h in ev.hooks if h.get("eventId") == scene.event_id]
     if scene.hook_first:
         ends = [h["t"] for h in runs if h["what"] == "end" and h.get("vm") == scene.approver]
@@ -253,6 +282,8 @@ def _check_global(plan: List[Scene], ev: Evidence) -> List[Check]:
     failed = [r for r in ev.tables["Decisions"] if r.get("State") in ("approval-failed", "no-leader")]
     add("no approval failed, no leaderless event", not failed,
         f"{[(r.get('EventId'), r.get('State'), r.get('Reason')) for r in failed]}")
+    critical = [a["body"].get("title") for a in ev.alerts if a["body"].get("severity") == "critical"]
+    add("no critical alert", not critical, f"critical alerts: {critical}")
     if len(ev.instances) > 1:
         views = [(h.get("knownVms"), h.get("openEvents")) for h in ev.instances]
         add(f"every central instance ({len(ev.instances)}) answers from the same shared state",

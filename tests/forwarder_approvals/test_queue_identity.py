@@ -27,7 +27,7 @@ def _queue_token_query(imds_server: processes.Server, monkeypatch: pytest.Monkey
     config = cfg.load({}, {"SE_FORWARDER_QUEUE_SERVICE_URI": "https://acct.queue.core.windows.net",
                            "SE_FORWARDER_CLIENT_ID": HUB_IDENTITY, **env})
     settings = approval_settings(config, RateLimiter())
-    token = settings.credential.get_token("https://storage.azure.com/.default")
+    token = settings.credential().get_token("https://storage.azure.com/.default")  # made on first need
     assert token.token
     (request,) = admin(imds_server, "GET", "/requests?path=/metadata/identity/oauth2/token")
     return request["query"]
@@ -44,3 +44,25 @@ def test_queue_client_id_picks_a_user_assigned_identity(
         imds_server: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
     query = _queue_token_query(imds_server, monkeypatch, {"SE_FORWARDER_QUEUE_CLIENT_ID": QUEUE_IDENTITY})
     assert query["client_id"] == QUEUE_IDENTITY
+
+
+def test_check_takes_a_token_from_each_identity_for_the_resource_it_serves(
+        imds_server: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`se-forwarder check`: the hub's token from client_id, the queue's from queue_client_id."""
+    from forwarder.check import Report, _identity
+
+    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds_url(imds_server))
+    admin(imds_server, "DELETE", "/requests")
+    config = cfg.load({}, {"SE_FORWARDER_QUEUE_SERVICE_URI": "https://acct.queue.core.windows.net",
+                           "SE_FORWARDER_EVENTHUB_NAMESPACE": "ns.servicebus.windows.net",
+                           "SE_FORWARDER_EVENTHUB_NAME": "hub",
+                           "SE_FORWARDER_CLIENT_ID": HUB_IDENTITY,
+                           "SE_FORWARDER_QUEUE_CLIENT_ID": QUEUE_IDENTITY})
+    report = Report()
+    found = _identity(config, report)
+    assert set(found) == {"sink", "queue"} and found["sink"] is not found["queue"]
+    lines = [line.detail for line in report.lines]
+    assert any(HUB_IDENTITY in d and "eventhubs" in d for d in lines), lines
+    assert any(QUEUE_IDENTITY in d and "storage" in d for d in lines), lines
+    asked = admin(imds_server, "GET", "/requests?path=/metadata/identity/oauth2/token")
+    assert sorted(r["query"].get("client_id") for r in asked) == sorted([HUB_IDENTITY, QUEUE_IDENTITY])
