@@ -1,5 +1,6 @@
-"""`python -m bench [name ...]`: run every bench/*.py module that defines main() (each as its own
-process, one after another, since they measure timing and memory), then print one table."""
+"""`python -m bench [--repeat N] [name ...]`: run every bench/*.py module that defines main() (each as its
+own process, one after another, since they measure timing and memory), N times (default 3) unless the
+module repeats its own runs (`REPEATS_INSIDE = True`), then print one table of medians [min-max]."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ import time
 from pathlib import Path
 from typing import List
 
-from bench import FIGURES_ENV, Figure, report, table
+from bench import FIGURES_ENV, Figure, aggregate, report, table
 
 HERE = Path(__file__).resolve().parent
+
+
+def repeats_inside(name: str) -> bool:
+    tree = ast.parse((HERE / f"{name}.py").read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.Assign) and getattr(node.value, "value", False) is True
+               and any(getattr(t, "id", "") == "REPEATS_INSIDE" for t in node.targets) for node in tree.body)
 
 
 def modules() -> List[str]:
@@ -30,28 +37,36 @@ def modules() -> List[str]:
 
 
 def main(argv: List[str]) -> int:
+    repeat = 3
+    if argv[:1] == ["--repeat"] and len(argv) >= 2 and argv[1].isdigit():
+        repeat, argv = max(1, int(argv[1])), argv[2:]
     wanted = argv or modules()
     started, clock = report.now(), time.monotonic()
     figures: List[Figure] = []
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in wanted:
-            out = Path(tmp) / f"{name}.jsonl"
-            print(f"== bench.{name}", flush=True)
-            env = {**os.environ, FIGURES_ENV: str(out)}
-            rc = subprocess.call([sys.executable, "-m", f"bench.{name}"], cwd=HERE.parent, env=env)
-            if rc != 0:
-                failed.append(name)
-            if out.exists():
-                figures += [Figure(**json.loads(line)) for line in out.read_text().splitlines() if line]
-            else:
-                figures.append(Figure(name, "exit code (no figures recorded)", rc, "", "0", rc == 0))
+            runs = 1 if repeats_inside(name) else repeat
+            found: List[Figure] = []
+            for run in range(1, runs + 1):
+                out = Path(tmp) / f"{name}-{run}.jsonl"
+                print(f"== bench.{name} (run {run} of {runs})", flush=True)
+                env = {**os.environ, FIGURES_ENV: str(out)}
+                rc = subprocess.call([sys.executable, "-m", f"bench.{name}"], cwd=HERE.parent, env=env)
+                if rc != 0 and name not in failed:
+                    failed.append(name)
+                if out.exists():
+                    found += [Figure(**json.loads(line)) for line in out.read_text().splitlines() if line]
+                else:
+                    found.append(Figure(name, "exit code (no figures recorded)", rc, "", "0", rc == 0))
+            figures += aggregate(found)
     print("\n" + table(figures))
     if failed:
         print(f"\nfailed: {', '.join(failed)}")
     # The results file (README links it) is written only for a full run, never from a partial one.
-    if not argv:
-        path = report.write(figures, failed, started, time.monotonic() - clock)
+    if not argv and repeat >= 3:
+        path = report.write(figures, failed, started, time.monotonic() - clock,
+                            command="python -m bench" + (f" --repeat {repeat}" if repeat != 3 else ""))
         print(f"\nwritten: {path.relative_to(HERE.parent)}")
     return 1 if failed else 0
 

@@ -23,7 +23,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 EXPECTED: Tuple[Tuple[str, str, str], ...] = (
     ("2", "forwarder_latency", "change->outbox median"),
     ("2", "forwarder_latency", "change->outbox p99"),
-    ("2", "forwarder_footprint", "RSS max"),
+    ("2", "forwarder_footprint", "RSS, steady"),
     ("2", "forwarder_footprint", "CPU"),
     ("3", "forwarder_eventhub_latency", "publish throughput"),
     ("3", "forwarder_eventhub_latency", "change->consumer median"),
@@ -89,12 +89,16 @@ def markdown(figures: Sequence[Figure], failed: Sequence[str], started: datetime
              f"- Command: `{command}` (from the repository root; `make bench` runs `python -m bench`)",
              f"- Commit: {_commit()}"]
     lines += [f"- {k}: {v}" for k, v in machine().items()]
-    lines += ["", "Every process (servers, forwarders, central) ran on this machine, shared with other work; "
-              "figures are from one run.", "",
-              "| benchmark | figure | value | unit | goal | met |", "|---|---|---:|---|---|---|"]
+    lines += ["", "Every process (servers, forwarders, central) ran on this machine, shared with other work. "
+              "Each value is the median of the runs, with their range [min-max] and the run count; a goal "
+              "is judged on the median.", "",
+              "| benchmark | figure | median | [min-max] | runs | unit | goal | met |",
+              "|---|---|---:|---|---:|---|---|---|"]
     for f in figures:
         met = "" if f.met is None else ("yes" if f.met else "**NO**")
-        lines.append(f"| {f.bench} | {f.name} | {_value(f.value)} | {f.unit} | {f.goal} | {met} |")
+        span = f"[{_value(f.low)}-{_value(f.high)}]" if f.low is not None and f.high is not None else ""
+        lines.append(f"| {f.bench} | {f.name} | {_value(f.value)} | {span} | {f.runs} | {f.unit} | {f.goal} "
+                     f"| {met} |")
     gaps = missing(figures)
     lines += ["", "## Figures named in the issues", ""]
     if gaps:
