@@ -11,12 +11,12 @@ only then acts on it; `record()` applies a verdict to an event record (also pure
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from .budgets import KNOWN_WITHIN, BudgetBlock, group_members
-from .leader import elect
+from .leader import elect, timeout_cause
 from .policy import Budget, Policy, window_wait
 from .registry import EventRecord
 from .timeutil import iso
@@ -132,6 +132,7 @@ class Verdict:
     send: Optional[Send] = None
     timed_out: bool = False  # the outstanding attempt passed its expiry without a result
     alert: str = ""  # "no-leader": the event owes a critical alert
+    timeout_cause: str = ""  # timed_out: the likely cause, for the approval-timeout alert
 
 
 NOTHING = Verdict("none")
@@ -181,15 +182,18 @@ def decide(
             "policy:notbefore",
         )
     out = event.outstanding
-    timed_out = False
+    timed_out, cause = False, ""
     if out is not None:
         if now < out.expires_at:
             return NOTHING  # waiting for the leader's result
         timed_out = True
+        if not out.revoked:  # a revoked attempt was taken back by an operator's hold: nothing to explain
+            cause = timeout_cause(out, fleet.vms_by_name.get(out.vm_name), now, fleet.liveness)
     if event.operator_hold or event.state in ("approved", "approval-failed"):
-        return Verdict("none", timed_out=timed_out)
+        return Verdict("none", timed_out=timed_out, timeout_cause=cause)
     verdict = _by_policy(event, fleet, policy, now, config, timed_out)
-    return verdict
+    return replace(verdict, timeout_cause=cause) if cause else verdict
+
 
 
 def _by_policy(

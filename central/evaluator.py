@@ -176,6 +176,8 @@ def apply(
     out = rec.outstanding  # a property: None as soon as its result is set
     if verdict.timed_out and out is not None:
         out.result, out.result_at = "timeout", now
+        if verdict.timeout_cause:
+            _owe_timeout_alert(rec, out, verdict.timeout_cause, now, owed)
     if not is_new(rec, verdict):
         return None
     message_id = None
@@ -254,6 +256,21 @@ def end_stale(rec: EventRecord, why: str, now: datetime, owed: Set[str]) -> dict
                                    "warning", "central:stale"), now)
     owed.add(owe_status_alert(rec, now))
     return decision
+
+
+def _owe_timeout_alert(rec: EventRecord, attempt: Approval, cause: str, now: datetime,
+                       owed: Optional[Set[str]]) -> None:
+    """An approval that expired unanswered is worth a person's look: central fails over, but the cause
+    (a stopped forwarder, a queue the VM cannot read) usually hits the next event too."""
+    key = f"{rec.event_id}:approval-timeout:{attempt.attempt}"
+    if owed is not None:
+        owed.add(key)
+    owe(rec, Alert(key, "approval-timeout", "warning",
+                   f"{rec.event_type} {rec.event_id}: approval to {attempt.vm_name} expired unanswered",
+                   f"Attempt {attempt.attempt} ({attempt.action}, sent {attempt.sent_at.isoformat()}) got no "
+                   f"result by {attempt.expires_at.isoformat()}. Likely cause: {cause}. Central tries "
+                   "another VM of the event, or this one again, until NotBefore.",
+                   now, rec.event_id, rec.status, next_try=now + ALERT_LEASE))
 
 
 def owe(rec: EventRecord, alert: Alert) -> None:

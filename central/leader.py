@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import AbstractSet, Dict, Optional
 
-from .registry import EventRecord
+from .registry import Approval, EventRecord
+from .timeutil import iso
 from .vms import VmState
 
 FAILED = ("timeout", "post-failed")
@@ -39,3 +40,23 @@ def elect(
         if vm.vm_id not in refused:
             return vm
     return None
+
+
+def timeout_cause(attempt: Approval, vm: Optional[VmState], now: datetime, liveness: timedelta) -> str:
+    """Why an approval message most likely went unanswered until it expired, from what central knows:
+    whether it was ever enqueued and whether the VM's forwarder has been heard from since."""
+    name, queue = attempt.vm_name, attempt.queue
+    if not attempt.sent:
+        return (f"the message to {name} was never enqueued: the instance that committed it stopped before "
+                "sending and no other took it over in time (see the Functions logs for a crash or a "
+                f"Storage outage on queue {queue})")
+    if vm is None or not vm.live(now, liveness):
+        since = iso(vm.last_seen) if vm is not None and vm.last_seen is not None else "never"
+        return (f"{name}'s forwarder is silent (last heard {since}): it is stopped, crashing or cut off "
+                f"from Event Hubs, so it did not read queue {queue}; check the se-forwarder service on "
+                f"{name}")
+    return (f"{name}'s forwarder is alive (last heard {iso(vm.last_seen)}) but never answered: most likely "
+            f"it cannot read queue {queue} (its identity lacks Storage Queue Data Message Processor on that "
+            "queue: the forwarder install not run for this VM, or the role not yet propagated; "
+            f"`se-forwarder check` on {name} says), or something else with rights on the queue received and "
+            f"deleted the message, or {name}'s IMDS no longer listed the event as Scheduled for it")

@@ -131,6 +131,29 @@ def test_silent_leader_fails_over_after_the_timeout_never_two_outstanding(env: E
     assert [x["result"] for x in view["approvals"]] == ["timeout", "approved"]
 
 
+@pytest.mark.parametrize("liveness, cause", [
+    ("300", "is alive (last heard 2026"),  # heard at T0, within liveness: it did not read or answer
+    ("45", "is silent (last heard 2026"),   # not heard for 61 s: its forwarder is down
+])
+def test_an_approval_that_expires_unanswered_raises_one_alert_naming_the_likely_cause(
+        env: Env, hook: Hook, liveness: str, cause: str) -> None:
+    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60", LEADER_LIVENESS_SECONDS=liveness)
+    a, b = Vm("vm-a"), Vm("vm-b")
+    ev = event("E-tmo", ["vm-a", "vm-b"])
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))],
+                     now=T0)
+    assert len(env.messages(a.vm_id)) == 1
+    svc.handle_batch([body(b.heartbeat(at=T0 + timedelta(seconds=50)))], now=T0 + timedelta(seconds=50))
+    svc.reevaluate(now=T0 + timedelta(seconds=61))
+    svc.reevaluate(now=T0 + timedelta(seconds=62))  # the same expiry is explained once
+    alerts = [x for x in hook.alerts() if x.get("kind") == "approval-timeout"]
+    assert len(alerts) == 1, alerts
+    (alert,) = alerts
+    assert alert["eventId"] == "E-tmo" and alert["severity"] == "warning"
+    assert "vm-a" in alert["title"] and f"vm-a's forwarder {cause}" in alert["text"]
+    assert f"vm-{a.vm_id}" in alert["text"]  # the queue it should have read
+
+
 def test_no_live_forwarder_means_no_approval_and_one_alert(env: Env, hook: Hook) -> None:
     svc = env.service(LEADER_LIVENESS_SECONDS="60")
     a = Vm("vm-a")
