@@ -127,7 +127,7 @@ class Budget:
             "scaleSet": vm.scale_set,
             "placementGroup": vm.placement_group,
             "zone": vm.zone,
-            "tag": vm.tags.get(self.tag, ""),
+            "tag": vm.budget_tags.get(self.tag, ""),  # bound at first sight: a claim cannot move it
             "fleet": "fleet",
         }[self.group_by]
         return f"{self.name}:{value.lower()}" if value else None

@@ -92,6 +92,8 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
         "NewEvents": whole(vm.new_events),
     }
     put_json(entity, "Tags", vm.tags)
+    if vm.group_tags is not None:
+        put_json(entity, "GroupTags", vm.group_tags)
     put_json(entity, "ListedEventIds", vm.listed)
     return _drop_none(entity)
 
@@ -105,6 +107,7 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         placement_group=e.get("PlacementGroupId", ""),
         zone=e.get("Zone", ""),
         tags=get_json(e, "Tags", {}) or {},
+        group_tags=get_json(e, "GroupTags", None),
         last_seen=_dt(e.get("LastSeen")),
         last_heartbeat=_dt(e.get("LastHeartbeat")),
         forwarder_version=e.get("ForwarderVersion", ""),

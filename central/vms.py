@@ -15,7 +15,10 @@ class VmState:
     scale_set: str = ""
     placement_group: str = ""
     zone: str = ""
-    tags: Dict[str, str] = field(default_factory=dict)
+    tags: Dict[str, str] = field(default_factory=dict)  # as it reports them now: rules on its own events
+    # its tags at first sight: the budget groups it counts in (a VM's later claim cannot move it into
+    # another group's budget; None: a row from before this field, its current tags stand in)
+    group_tags: Optional[Dict[str, str]] = None
     last_seen: Optional[datetime] = None  # when central last received anything from it (enqueued time)
     last_heartbeat: Optional[datetime] = None
     forwarder_version: str = ""
@@ -46,11 +49,18 @@ class VmState:
         self.placement_group = vm.get("placementGroupId") or ""
         self.zone = vm.get("zone") or ""
         self.update_tags(vm)
+        self.group_tags = dict(self.tags)
 
     def update_tags(self, vm: Dict[str, Any]) -> None:
-        """Tags can change on a VM; its name, scale set, placement group and zone cannot (central.names)."""
+        """Tags can change on a VM; its name, scale set, placement group and zone cannot (central.names).
+        A change steers rules on this VM's own events; its budget groups stay those of first sight."""
         if isinstance(vm.get("tags"), dict):
             self.tags = {str(k): str(v) for k, v in vm["tags"].items()}
+
+    @property
+    def budget_tags(self) -> Dict[str, str]:
+        """The tags budget groups read: bound at first sight (IMDS's, before anyone could claim others)."""
+        return self.tags if self.group_tags is None else self.group_tags
 
     def identity_conflicts(self, vm: Dict[str, Any]) -> Dict[str, str]:
         """What an envelope's data.vm says differently from what this VM is bound to (name, scale set,

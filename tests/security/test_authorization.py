@@ -28,6 +28,9 @@ APPROVE_REBOOTS = {"version": 1, "rules": [{"name": "reboots", "match": {"eventT
 FREEZE_HELD = {"version": 1, "rules": [
     {"name": "freezes-held", "match": {"eventTypes": ["Freeze"]}, "action": "hold"},
     {"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
+ONE_PER_AVSET_TAG = {"version": 1,
+                     "budgets": {"per-avset": {"groupBy": "tag", "tag": "avset", "maxImpacted": 1}},
+                     "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
 ONE_PER_SCALE_SET = {"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
                      "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
 
@@ -161,6 +164,36 @@ def test_a_made_up_event_naming_other_vms_holds_their_budget_only_briefly(
         plain.send(svc, vm, [vm.heartbeat(at=later)], now=later)
     svc.reevaluate(now=later)
     assert svc.event("E-real")["state"] == "approving" and len(env.messages(web1.vm_id)) == 1
+
+
+def test_claiming_another_groups_tag_does_not_take_its_budget(plain: Rig, env: Env, hook: Hook) -> None:
+    """Tags are the VM's own claim (no authoritative source is wired): a changed claim steers rules on its
+    own events, but its budget groups stay those of first sight, so it cannot hold another group's."""
+    svc = plain.service(ONE_PER_AVSET_TAG)
+    db0 = Vm("db_0", tags={"avset": "db"})
+    attacker = Vm("x_0", tags={"avset": "x"})
+    for vm in (db0, attacker):
+        plain.send(svc, vm, [vm.heartbeat(at=NOW)])
+    attacker.tags = {"avset": "db"}  # root on x_0: its forwarder now claims db's availability set
+    made_up = event("E-fake", ["x_0"], status="Started")  # about itself: counts at once, wherever it is
+    plain.send(svc, attacker, [attacker.incarnation_env([made_up], at=NOW)])
+    real = event("E-real", ["db_0"], not_before=NOW + timedelta(hours=1))
+    plain.send(svc, db0, [db0.incarnation_env([real], at=NOW)])
+    assert svc.event("E-real")["state"] == "approving" and len(env.messages(db0.vm_id)) == 1
+    row = next(r for r in env.rows("Vms") if r["VmName"] == "x_0")
+    assert json.loads(row["Tags"]) == {"avset": "db"} and json.loads(row["GroupTags"]) == {"avset": "x"}
+
+
+def test_a_vm_first_seen_in_a_tag_group_counts_in_its_budget(plain: Rig, env: Env, hook: Hook) -> None:
+    """The same budget still works (the test above can fail): db_1's own Started event holds db_0's."""
+    svc = plain.service(ONE_PER_AVSET_TAG)
+    db0, db1 = Vm("db_0", tags={"avset": "db"}), Vm("db_1", tags={"avset": "db"})
+    for vm in (db0, db1):
+        plain.send(svc, vm, [vm.heartbeat(at=NOW)])
+    plain.send(svc, db1, [db1.incarnation_env([event("E-one", ["db_1"], status="Started")], at=NOW)])
+    plain.send(svc, db0, [db0.incarnation_env([event("E-two", ["db_0"], not_before=NOW + timedelta(hours=1))],
+                                              at=NOW)])
+    assert svc.event("E-two")["state"] == "waiting-budget" and env.messages(db0.vm_id) == []
 
 
 def test_made_up_events_end_and_a_vm_cannot_flood_new_events(plain: Rig, env: Env, hook: Hook) -> None:
