@@ -11,7 +11,10 @@ import pytest
 import requests
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from central import metrics
 from central.approvals import queue_name
 from central.rows import read_table
 from central.service import CentralService
@@ -106,3 +109,11 @@ ServiceFactory = Callable[..., CentralService]
 @pytest.fixture
 def tmp_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    """central's metrics into memory for one test (tests/central/test_metrics*.py)."""
+    memory = InMemoryMetricReader()
+    previous = metrics.use(MeterProvider(metric_readers=[memory]))
+    yield memory
+    metrics.restore(previous)

@@ -12,10 +12,9 @@ import sys
 import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from central import metrics
@@ -23,14 +22,6 @@ from sandbox import processes
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 ID_KEYS = {"vmId", "vm_id", "eventId", "event_id", "messageId", "vm", "name"}
-
-
-@pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    memory = InMemoryMetricReader()
-    previous = metrics.use(MeterProvider(metric_readers=[memory]))
-    yield memory
-    metrics.restore(previous)
 
 
 def points(reader: InMemoryMetricReader) -> Dict[str, List[Tuple[Dict[str, Any], Any]]]:

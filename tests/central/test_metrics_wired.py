@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
-from typing import Iterator
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from central import metrics
@@ -23,14 +21,6 @@ from .test_metrics import ID_KEYS, points
 
 TWO_VMS = {"version": 1,
            "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
-
-
-@pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    memory = InMemoryMetricReader()
-    previous = metrics.use(MeterProvider(metric_readers=[memory]))
-    yield memory
-    metrics.restore(previous)
 
 
 def test_a_scenario_through_central_records_every_metric(
