@@ -39,9 +39,10 @@ def spread_figure(figure: Figure, values: Sequence[float]) -> Figure:
 
 
 def _meets(goal: str, value: float) -> Optional[bool]:
-    """A goal "<= x" / ">= x" (anything after x is commentary) held against a value; None: not a bound."""
+    """A goal "<= x" / ">= x" (optionally followed by a parenthesised comment) held against a value;
+    None when it is not an absolute bound (e.g. "<= 1.2 x one instance's": the runs judged it)."""
     parts = goal.split()
-    if len(parts) < 2 or parts[0] not in ("<=", ">="):
+    if len(parts) < 2 or parts[0] not in ("<=", ">=") or (parts[2:] and not parts[2].startswith("(")):
         return None
     try:
         bound = float(parts[1].replace(",", ""))

@@ -306,25 +306,22 @@ def main(argv: List[str]) -> int:
         label = f"{int(r['vms'])} VMs, {k} instance(s)"
         figures += [
             Figure("fleet_scale", f"{label}: aggregate envelopes/s", round(r["sustained"], 1), "1/s"),
-            Figure(
-                "fleet_scale",
-                f"{label}: central CPU per 1,000 envelopes",
-                round(r["cpu_s_per_1000"], 3),
-                "s",
-                "<= 1.2 x one instance's",
-                cpu_x <= 1.2,
-            ),
+            Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes",
+                   round(r["cpu_s_per_1000"], 3), "s"),
             Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes, net of idle background",
-                   round(r["net_cpu_s_per_1000"], 3), "s", "<= 1.2 x one instance's", net_x <= 1.2),
-            Figure(
-                "fleet_scale",
-                f"{label}: Storage round trips per 1,000 envelopes",
-                round(r["trips_per_1000"], 1),
-                "requests",
-                "<= 1.2 x one instance's",
-                trips_x <= 1.2,
-            ),
+                   round(r["net_cpu_s_per_1000"], 3), "s"),
+            Figure("fleet_scale", f"{label}: Storage round trips per 1,000 envelopes",
+                   round(r["trips_per_1000"], 1), "requests"),
         ]
+        if k > 1:  # the goal: within 20 % of one instance's, measured in the same run
+            figures += [
+                Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes vs one instance",
+                       round(cpu_x, 2), "x", "<= 1.2", cpu_x <= 1.2),
+                Figure("fleet_scale", f"{label}: central CPU net of idle vs one instance",
+                       round(net_x, 2), "x", "<= 1.2", net_x <= 1.2),
+                Figure("fleet_scale", f"{label}: Storage round trips vs one instance",
+                       round(trips_x, 2), "x", "<= 1.2", trips_x <= 1.2),
+            ]
     figures.insert(
         0,
         Figure(

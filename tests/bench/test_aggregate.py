@@ -43,3 +43,12 @@ def test_the_results_page_shows_median_range_and_runs() -> None:
     figure = aggregate([Figure("b", "rate", v, "1/s") for v in (10.0, 12.0, 11.0)])[0]
     page = markdown([figure], [], report.now(), 60.0, "python -m bench")
     assert "| b | rate | 11 | [10-12] | 3 | 1/s |" in page
+
+
+def test_a_relative_goal_is_left_to_the_runs() -> None:
+    """"<= 1.2 x one instance's" is not an absolute bound: the value (e.g. 48 round trips) is not
+    compared with 1.2; every run must have met it."""
+    runs = [Figure("b", "round trips", v, "requests", "<= 1.2 x one instance's", True) for v in (48, 50, 47)]
+    assert aggregate(runs)[0].met is True
+    runs = [Figure("b", "rate", v, "1/s", ">= 1.7 (offered)", None) for v in (100.0, 120.0, 90.0)]
+    assert aggregate(runs)[0].met is True
