@@ -191,8 +191,8 @@ def test_an_alert_is_never_lost_to_a_crash_between_its_commit_and_its_post(
     assert (
         entry["idempotencyKey"] == entry["body"]["idempotencyKey"] == idempotency_key_of("E-crash:Scheduled")
     )
-    inst[1].reevaluate(now=T0 + timedelta(seconds=200))
-    assert len(hook.entries()) == 1
+    inst[1].reevaluate(now=T0 + timedelta(seconds=200))  # (vm-a's approval has expired unanswered by now)
+    assert [e["body"]["key"] for e in hook.entries()].count("E-crash:Scheduled") == 1
 
 
 def idempotency_key_of(key: str) -> str:
