@@ -17,7 +17,7 @@ import tree_sitter_powershell as tsp
 from tools.bicep_check import Finding
 
 _PARSER = ts.Parser(ts.Language(tsp.language()))
-_SKIP_DIRS = {".git", ".venv", ".venv-checkov", "node_modules", "build", "dist", "wheelhouse"}
+_SKIP_DIRS = {".git", "node_modules", "build", "dist", "wheelhouse"}  # plus every .venv* (not ours)
 
 
 def _walk(node: ts.Node) -> Iterator[ts.Node]:
@@ -42,7 +42,12 @@ def syntax_errors(source: bytes, path: str = "<text>") -> List[Finding]:
 
 def powershell_files(root: Path) -> List[Path]:
     return sorted(p for p in root.rglob("*.ps1")
-                  if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(root).parts))
+                  if p.is_file() and not _skipped(p.relative_to(root).parts))
+
+
+def _skipped(parts: tuple) -> bool:
+    """Generated or third-party trees: the virtualenvs (.venv, .venv-vm, .venv-checkov...), builds."""
+    return any(part in _SKIP_DIRS or part.startswith(".venv") for part in parts)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
