@@ -236,6 +236,20 @@ def test_a_late_report_about_an_event_that_ended_long_ago_is_recognised(
     assert inst[2].event("E-late")["status"] == "Cancelled"
 
 
+def dies_before_sending(instance, event_id: str) -> Vm:
+    """`instance` commits the approval attempt of a new event of web_0 and dies before the queue send."""
+    a = Vm("web_0", scale_set="web")
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    instance.actor.sender.send = die
+    with pytest.raises(Crash):
+        instance.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event(event_id, ["web_0"])]))],
+                              now=T0)
+    return a
+
+
 def test_a_hold_revokes_an_approval_whose_instance_died_between_commit_and_send(
     env: Env, hook: Hook, fleet_of
 ) -> None:
@@ -243,15 +257,7 @@ def test_a_hold_revokes_an_approval_whose_instance_died_between_commit_and_send(
     on instance 1 while the attempt's send lease is live (the answer says it may still be sent, until
     when); once the lease lapses, no instance sends it: the timer revokes it."""
     inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
-    a = Vm("web_0", scale_set="web")
-
-    def die(*args, **kwargs):
-        raise Crash
-
-    inst[0].actor.sender.send = die
-    with pytest.raises(Crash):
-        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rv", ["web_0"])]))],
-                             now=T0)
+    a = dies_before_sending(inst[0], "E-rv")
     assert env.messages(a.vm_id) == []
     held = inst[1].decide("E-rv", "hold", "alice", "change freeze", now=T0 + timedelta(seconds=5))
     assert "may still be sent" in held["decision"]["reason"] and held["decision"]["rule"] == "operator"
@@ -265,15 +271,7 @@ def test_a_hold_revokes_an_approval_whose_instance_died_between_commit_and_send(
 
 def test_a_hold_after_the_lease_lapsed_revokes_at_once_and_says_so(env: Env, hook: Hook, fleet_of) -> None:
     inst = fleet_of(2, POLICY_JSON=json.dumps(BUDGET))
-    a = Vm("web_0", scale_set="web")
-
-    def die(*args, **kwargs):
-        raise Crash
-
-    inst[0].actor.sender.send = die
-    with pytest.raises(Crash):
-        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rv2", ["web_0"])]))],
-                             now=T0)
+    a = dies_before_sending(inst[0], "E-rv2")
     held = inst[1].decide("E-rv2", "hold", "bob", "freeze", now=T0 + timedelta(seconds=31))
     reason = held["decision"]["reason"]
     assert "it is revoked (never sent again), yet it may already be in the queue" in reason
@@ -285,15 +283,7 @@ def test_an_unheld_approval_whose_instance_died_is_sent_once_by_another(
     env: Env, hook: Hook, fleet_of
 ) -> None:
     inst = fleet_of(3, POLICY_JSON=json.dumps(BUDGET))
-    a = Vm("web_0", scale_set="web")
-
-    def die(*args, **kwargs):
-        raise Crash
-
-    inst[0].actor.sender.send = die
-    with pytest.raises(Crash):
-        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rs", ["web_0"])]))],
-                             now=T0)
+    a = dies_before_sending(inst[0], "E-rs")
     inst[1].reevaluate(now=T0 + timedelta(seconds=10))  # the lease is live: not yet
     assert env.messages(a.vm_id) == []
     threads = [threading.Thread(target=i.reevaluate, kwargs={"now": T0 + timedelta(seconds=35)})
