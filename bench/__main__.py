@@ -4,6 +4,7 @@ module repeats its own runs (`REPEATS_INSIDE = True`), then print one table of m
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
@@ -37,9 +38,11 @@ def modules() -> List[str]:
 
 
 def main(argv: List[str]) -> int:
-    repeat = 3
-    if argv[:1] == ["--repeat"] and len(argv) >= 2 and argv[1].isdigit():
-        repeat, argv = max(1, int(argv[1])), argv[2:]
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per benchmark (default 3)")
+    parser.add_argument("names", nargs="*", help="benchmarks to run (default: all; no results file then)")
+    args = parser.parse_args(argv)
+    repeat, argv = max(1, args.repeat), args.names
     wanted = argv or modules()
     started, clock = report.now(), time.monotonic()
     figures: List[Figure] = []
