@@ -107,7 +107,7 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         placement_group=e.get("PlacementGroupId", ""),
         zone=e.get("Zone", ""),
         tags=get_json(e, "Tags", {}) or {},
-        group_tags=get_json(e, "GroupTags", None),
+        group_tags=_bound_tags(e),
         last_seen=_dt(e.get("LastSeen")),
         last_heartbeat=_dt(e.get("LastHeartbeat")),
         forwarder_version=e.get("ForwarderVersion", ""),
@@ -122,6 +122,13 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         new_events_since=_dt(e.get("NewEventsSince")),
         new_events=int(plain(e.get("NewEvents"), 0)),
     )
+
+
+def _bound_tags(e: Dict[str, Any]) -> Dict[str, str]:
+    """The tags budget groups read. A row written before GroupTags existed: its stored tags are bound
+    from now on (an empty GroupTags, a VM first seen without tags, stays empty)."""
+    bound = get_json(e, "GroupTags", None)
+    return bound if isinstance(bound, dict) else (get_json(e, "Tags", {}) or {})
 
 
 # ---- events -----------------------------------------------------------------------------------

@@ -124,3 +124,19 @@ def test_leader_election_rounds() -> None:
     assert elect(rec, vms, T0, live).name == "a"  # second round: a only timed out; b could not POST
     rec.approvals = [tried("a", "post-failed"), tried("b", "post-failed")]
     assert elect(rec, vms, T0, live) is None
+
+
+def test_a_vm_row_binds_its_budget_tags_once_and_keeps_an_empty_binding() -> None:
+    """Tag budgets read the tags of first sight (issue 14): a row from before GroupTags binds its stored
+    tags; a VM first seen without tags stays in no tag group whatever it claims later."""
+    from central.rows import vm_entity, vm_from_entity
+    from central.vms import VmState
+
+    vm = VmState("id-1", "web_0")
+    vm.bind_identity({"tags": {}})
+    vm.update_tags({"tags": {"avset": "db"}})  # a later claim
+    again = vm_from_entity(vm_entity(vm))
+    assert again.tags == {"avset": "db"} and again.budget_tags == {}
+    legacy = vm_entity(vm)
+    del legacy["GroupTags"]
+    assert vm_from_entity(legacy).budget_tags == {"avset": "db"}  # bound now, from the stored tags
