@@ -68,6 +68,16 @@ class SharedCredential:
             credential.close()
 
 
+def queue_identity(config: Config, limiter: RateLimiter, stop: Optional[threading.Event] = None,
+                   hub: Optional[SharedCredential] = None) -> SharedCredential:
+    """The approval queue's managed identity: `queue_client_id` (empty: the VM's system-assigned one,
+    which the install scopes to this VM's own queue; docs/deploy.md), not the hub's shared one; the
+    hub's credential itself when both name the same identity."""
+    if hub is not None and config.queue_client_id == config.client_id:
+        return hub
+    return SharedCredential(config.queue_client_id, limiter, stop)
+
+
 def build(config: Config) -> App:
     """Every part, opened and checked; raises StateError (exit 6) or SinkUnavailable (exit 2)."""
     from .daemon import Daemon
@@ -76,9 +86,7 @@ def build(config: Config) -> App:
     limiter = RateLimiter()  # the VM's one IMDS budget, shared with token calls (forwarder/credential.py)
     client = ImdsClient(config.imds_url, config.api_version, limiter=limiter, stop=daemon.stop)
     credential = SharedCredential(config.client_id, limiter, daemon.stop)
-    # The approval queue is read with the VM's own identity (docs/deploy.md); one credential when they agree.
-    queue_credential = (credential if config.queue_client_id == config.client_id
-                        else SharedCredential(config.queue_client_id, limiter, daemon.stop))
+    queue_credential = queue_identity(config, limiter, daemon.stop, hub=credential)
     outbox = Outbox(Path(config.state_dir), max_rows=config.outbox_max_rows)
     try:
         sink = sinks.make(config, limiter, credential)
@@ -178,8 +186,7 @@ def approval_settings(config: Config, limiter: Any = None, credential: Any = Non
     from .approvals.settings import ApprovalSettings, ReaderSettings
 
     if config.queue_service_uri and credential is None:
-        # The queue's own identity (default: system-assigned, one per VM), not the hub's shared one.
-        credential = SharedCredential(config.queue_client_id, limiter or RateLimiter())
+        credential = queue_identity(config, limiter or RateLimiter())
     return ApprovalSettings(
         state_dir=config.state_dir, queue_service_uri=config.queue_service_uri,
         queue_connection_string=config.queue_connection_string,

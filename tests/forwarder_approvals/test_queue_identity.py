@@ -66,3 +66,15 @@ def test_check_takes_a_token_from_each_identity_for_the_resource_it_serves(
     assert any(QUEUE_IDENTITY in d and "storage" in d for d in lines), lines
     asked = admin(imds_server, "GET", "/requests?path=/metadata/identity/oauth2/token")
     assert sorted(r["query"].get("client_id") for r in asked) == sorted([HUB_IDENTITY, QUEUE_IDENTITY])
+
+
+def test_the_queue_shares_the_hubs_credential_only_when_both_name_one_identity() -> None:
+    from forwarder.app import SharedCredential, queue_identity
+
+    limiter = RateLimiter()
+    hub = SharedCredential(HUB_IDENTITY, limiter)
+    same = cfg.load({}, {"SE_FORWARDER_CLIENT_ID": HUB_IDENTITY,
+                         "SE_FORWARDER_QUEUE_CLIENT_ID": HUB_IDENTITY})
+    assert queue_identity(same, limiter, hub=hub) is hub
+    own = cfg.load({}, {"SE_FORWARDER_CLIENT_ID": HUB_IDENTITY})  # queue: the system-assigned identity
+    assert queue_identity(own, limiter, hub=hub) is not hub
