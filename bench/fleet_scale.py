@@ -317,8 +317,10 @@ def main(argv: List[str]) -> int:
             figures += [
                 Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes vs one instance",
                        round(cpu_x, 2), "x", "<= 1.2", cpu_x <= 1.2),
+                # informative: the idle rate is sampled over --idle-seconds, which a timer tick may
+                # or may not fall in, so this ratio is noisier than the raw one the goal is judged on
                 Figure("fleet_scale", f"{label}: central CPU net of idle vs one instance",
-                       round(net_x, 2), "x", "<= 1.2", net_x <= 1.2),
+                       round(net_x, 2), "x"),
                 Figure("fleet_scale", f"{label}: Storage round trips vs one instance",
                        round(trips_x, 2), "x", "<= 1.2", trips_x <= 1.2),
             ]

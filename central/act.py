@@ -253,7 +253,7 @@ class Actor:
                     self.state.commit(Changes(events=dict(items[i : i + 45])), now)
                 return set(changes)
             except Conflict:
-                self.state.refresh()
+                self.state.refresh(force=True)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
 
 

@@ -62,7 +62,7 @@ class OperatorDesk:
                 try:
                     self.state.commit(Changes(events={event_id: mine}), now)
                 except Conflict:
-                    self.state.refresh()
+                    self.state.refresh(force=True)
                     continue
                 break
             else:

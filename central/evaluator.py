@@ -132,7 +132,7 @@ class Evaluator:
             except Conflict as exc:
                 result.conflicts += 1
                 log.info("deciding lost a race (%s): re-reading and deciding again", exc)
-                self.state.refresh()
+                self.state.refresh(force=True)
                 continue
             self.owed |= owed
             for rec, _ in changed:

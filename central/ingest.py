@@ -124,7 +124,7 @@ class Ingest:
             except Conflict as exc:
                 result.conflicts += 1
                 log.info("ingest lost a race (%s): re-reading and planning again", exc)
-                self.state.refresh()
+                self.state.refresh(force=True)
                 kind, _ = getattr(exc, "what", ("", ""))
                 if kind == "vm":  # another instance wrote that VM's row (its partition moved): re-read them
                     self.state.load_vms(plan.changes.vms, force=True)

@@ -71,17 +71,17 @@ class FleetState:
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
         """Make the active-event cache current: one read of the head row, and all active events only
-        when the head moved (linear in active events). True when something was reloaded."""
+        when the head moved (linear in active events). `force` (after a lost race, when the head has
+        most likely moved): the head and the active rows in one query. True when something was reloaded."""
+        if force or not self.loaded:
+            self._reload_active()
+            return True
         got = self.store.get(TABLE, rows.PARTITION, rows.HEAD)
         self.reads += 1
         etag = got[1] if got else None
-        if self.loaded and etag == self.head_etag and not force:
+        if etag == self.head_etag:
             return False
         self._reload_active()
-        if got is not None:
-            self.head_seq = int(plain(got[0].get("Seq"), 0))
-        self.head_etag = etag
-        self.loaded = True
         return True
 
     def ensure_loaded(self) -> None:
@@ -89,16 +89,27 @@ class FleetState:
             self.refresh()
 
     def _reload_active(self) -> None:
+        """The active rows (and the head row, read first: RowKey 'head' sorts before 'o:', and a
+        transaction is atomic, so rows newer than the head read can only make the next commit fail on
+        the head, never make it wrong)."""
         found = self.store.query_with_etags(
             TABLE,
-            "PartitionKey eq @p and RowKey ge @lo and RowKey lt @hi",
-            {"p": rows.PARTITION, "lo": rows.ACTIVE, "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
+            "PartitionKey eq @p and ( RowKey eq @head or ( RowKey ge @lo and RowKey lt @hi ) )",
+            {"p": rows.PARTITION, "head": rows.HEAD, "lo": rows.ACTIVE,
+             "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
         )
         self.reads += 1
         self.active = {}
+        head_seen = False
         for entity, etag in found:
+            if entity.get("RowKey") == rows.HEAD:
+                self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
+                continue
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
+        if not head_seen:  # a new table: the first event change inserts the head
+            self.head_seq, self.head_etag = 0, None
+        self.loaded = True
 
     def prefetch_ended(self, event_ids: Iterable[str]) -> None:
         """Read the ended rows of these events (14 keys per query) and remember which have none: the
