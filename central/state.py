@@ -107,9 +107,24 @@ class FleetState:
                 continue
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
-        if not head_seen:  # a new table: the first event change inserts the head
-            self.head_seq, self.head_etag = 0, None
+        if not head_seen:  # a new table: the head starts at 0, so event commits never race to insert it
+            self._create_head()
         self.loaded = True
+
+    def _create_head(self) -> None:
+        """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
+        try:
+            etags = self.store.transact(TABLE, [Op("insert", rows.head_entity(0, datetime.now(timezone.utc)))])
+            self.head_seq, self.head_etag = 0, etags[0]
+            return
+        except Conflict:
+            pass
+        got = self.store.get(TABLE, rows.PARTITION, rows.HEAD)
+        self.reads += 1
+        if got is None:  # cannot be (a head is never deleted); the first event commit inserts it then
+            self.head_seq, self.head_etag = 0, None
+        else:
+            self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
 
     def prefetch_ended(self, event_ids: Iterable[str]) -> None:
         """Read the ended rows of these events (14 keys per query) and remember which have none: the
