@@ -50,11 +50,17 @@ PARTITIONS = 4
 HEARTBEAT_INTERVAL = 60.0  # the forwarder's default (docs/forwarder.md)
 HOURS_PER_MONTH = 730.0
 INGEST = re.compile(r"ingest: (\d+) received")
+LOST_RACE = re.compile(r"lost a race")  # central's log line for each commit that lost to another instance
 
 
 def ingested(log: Path) -> int:
     text = log.read_text(errors="replace") if log.exists() else ""
     return sum(int(n) for n in INGEST.findall(text))
+
+
+def lost_races(log: Path) -> int:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return len(LOST_RACE.findall(text))
 
 
 def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]:
@@ -134,6 +140,7 @@ def run_size(
         vms = [FakeVm(i) for i in range(n)]
         bodies = fleet_envelopes(vms, args.minutes, args.wave)
         cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
+        races0 = sum(lost_races(log) for log in logs)
         trips0 = sum(tables.counts.values()) + sum(queues.counts.values())
         t0 = time.monotonic()
         publish(processes.eventhubs_connection_string(hub.port, HUB), bodies)
@@ -145,6 +152,7 @@ def run_size(
         cpu = sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0
         trips = sum(tables.counts.values()) + sum(queues.counts.values()) - trips0
         done = sum(ingested(log) for log in logs)
+        races = sum(lost_races(log) for log in logs) - races0
         busy = sum(1 for log in logs if ingested(log))
     finally:
         for r in runners:
@@ -174,6 +182,7 @@ def run_size(
         "idle_cpu_per_s": idle_rate,
         "net_cpu_s_per_1000": 1000 * max(0.0, cpu - idle_rate * elapsed) / len(bodies),
         "trips_per_1000": 1000 * trips / len(bodies),
+        "lost_races": races,
     }
 
 
@@ -304,7 +313,8 @@ def main(argv: List[str]) -> int:
             f"aggregate {r['sustained']:.0f} envelopes/s; CPU of all central processes "
             f"{r['cpu_s_per_1000']:.2f} s per 1,000 envelopes (x{cpu_x:.2f}; their idle background "
             f"{r['idle_cpu_per_s']:.3f} CPU s/s, net of it {r['net_cpu_s_per_1000']:.2f} s, x{net_x:.2f}); "
-            f"Storage round trips {r['trips_per_1000']:.1f} per 1,000 (x{trips_x:.2f})"
+            f"Storage round trips {r['trips_per_1000']:.1f} per 1,000 (x{trips_x:.2f}); "
+            f"commits that lost a race {int(r['lost_races'])}"
         )
         label = f"{int(r['vms'])} VMs, {k} instance(s)"
         figures += [
@@ -315,6 +325,8 @@ def main(argv: List[str]) -> int:
                    round(r["net_cpu_s_per_1000"], 3), "s"),
             Figure("fleet_scale", f"{label}: Storage round trips per 1,000 envelopes",
                    round(r["trips_per_1000"], 1), "requests"),
+            Figure("fleet_scale", f"{label}: commits that lost a race to another instance",
+                   int(r["lost_races"]), "commits"),
         ]
         if k > 1:  # the goal: within 20 % of one instance's, measured in the same run
             figures += [

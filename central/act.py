@@ -252,7 +252,8 @@ class Actor:
                 for i in range(0, len(items), 45):
                     self.state.commit(Changes(events=dict(items[i : i + 45])), now)
                 return set(changes)
-            except Conflict:
+            except Conflict as exc:
+                log.info("acting lost a race (%s): re-reading and applying again", exc)
                 self.state.refresh(force=True)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
 

@@ -114,7 +114,8 @@ class FleetState:
     def _create_head(self) -> None:
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
-            etags = self.store.transact(TABLE, [Op("insert", rows.head_entity(0, datetime.now(timezone.utc)))])
+            head = rows.head_entity(0, datetime.now(timezone.utc))
+            etags = self.store.transact(TABLE, [Op("insert", head)])
             self.head_seq, self.head_etag = 0, etags[0]
             return
         except Conflict:

@@ -132,3 +132,36 @@ def test_the_wire_transaction_stores_what_submit_transaction_stores(azurite: pro
         with pytest.raises((batch_wire.WireBatchError, Conflict)):
             run([Op("merge", {"PartitionKey": how, "RowKey": "cond", "N": 3}, current)])
         assert client.get_entity(how, "cond")["N"] == 2
+
+
+def test_a_new_state_table_gets_one_head_whichever_instance_reads_first(azurite: processes.Server) -> None:
+    from central.state import FleetState
+
+    first = log_for(azurite)
+    second = TableLog(first.service, first.prefix)  # another instance on the same tables
+    one, two = FleetState(first), FleetState(second)
+    assert one.refresh() and two.refresh()
+    assert one.head_etag and one.head_etag == two.head_etag  # the second found the first's head
+    assert one.head_seq == two.head_seq == 0
+    assert [e["RowKey"] for e in first.query("State", "PartitionKey eq 'fleet'")] == ["head"]
+
+
+def test_a_forced_refresh_reads_head_and_active_rows_in_one_request(azurite: processes.Server) -> None:
+    from central.registry import EventRecord
+    from central.state import Changes, FleetState
+
+    log = log_for(azurite)
+    mine, other = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    mine.refresh()
+    other.refresh()
+    now = datetime.now(timezone.utc)
+    other.commit(Changes(events={"E1": EventRecord(event_id="E1", first_seen=now)}), now)
+    with pytest.raises(Conflict):  # my head is stale: the commit loses
+        mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)
+    transport = log.service._client._client._pipeline._transport  # the CountingTransport
+    before = transport.requests
+    assert mine.refresh(force=True)
+    assert transport.requests - before == 1
+    assert set(mine.active) == {"E1"} and mine.head_seq == other.head_seq == 1
+    mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)  # current now
+    assert mine.head_seq == 2
