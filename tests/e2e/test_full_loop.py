@@ -166,8 +166,11 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list child processes")
 def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
+    # Ctrl-C as in a terminal: SIGINT at its default in the demo, even when pytest itself was started in
+    # the background (a shell starts background jobs with SIGINT ignored, and children inherit that)
     proc = subprocess.Popen([sys.executable, "-m", "sandbox.demo", "--work", str(tmp_path / "work")],
-                            cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 90
