@@ -26,7 +26,7 @@ from .approvals import ApprovalSender
 from .evaluator import ToSend
 from .registry import SEND_LEASE, SEND_MARGIN, EventRecord
 from .results import BatchResult
-from .state import Changes, FleetState
+from .state import EVENTS_PER_COMMIT, Changes, FleetState
 from .store import Conflict, StoreError, TableLog
 from .timeutil import iso
 
@@ -236,7 +236,7 @@ class Actor:
     def _update_many(
         self, event_ids: List[str], now: datetime, change: Callable[[EventRecord], bool]
     ) -> Set[str]:
-        """`change` applied to each current event, committed together (45 events per transaction);
+        """`change` applied to each current event, committed together (EVENTS_PER_COMMIT per transaction);
         re-read and re-applied after a lost race (every change here is idempotent)."""
         for _ in range(MAX_TRIES):
             changes: Dict[str, EventRecord] = {}
@@ -249,12 +249,11 @@ class Actor:
                     changes[event_id] = mine
             items = list(changes.items())
             try:
-                for i in range(0, len(items), 45):
-                    self.state.commit(Changes(events=dict(items[i : i + 45])), now)
+                for i in range(0, len(items), EVENTS_PER_COMMIT):
+                    self.state.commit(Changes(events=dict(items[i : i + EVENTS_PER_COMMIT])), now)
                 return set(changes)
-            except Conflict as exc:
-                log.info("acting lost a race (%s): re-reading and applying again", exc)
-                self.state.refresh(force=True)
+            except Conflict as exc:  # the state re-read the rows: apply the change again
+                log.info("acting lost a race (%s): applying again on the re-read rows", exc)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
 
 

@@ -61,8 +61,7 @@ class OperatorDesk:
                     owed.add(f"{event_id}:operator:{mine.decision_seq}")
                 try:
                     self.state.commit(Changes(events={event_id: mine}), now)
-                except Conflict:
-                    self.state.refresh(force=True)
+                except Conflict:  # the state re-read the rows: decide again on them
                     continue
                 break
             else:

@@ -23,14 +23,13 @@ from .ingest_alerts import owe_status_alert
 from .policy import Policy
 from .registry import SEND_LEASE, Approval, EventRecord
 from .results import BatchResult, Decision
-from .state import Changes, FleetState
+from .state import EVENTS_PER_COMMIT, Changes, FleetState
 from .store import Conflict, StoreError, TableLog
 from .vms import VmState
 
 log = logging.getLogger(__name__)
 
 MAX_TRIES = 8
-EVENTS_PER_COMMIT = 45  # an event is at most 2 operations; plus the head
 
 
 class LazyVms(Mapping):
@@ -131,8 +130,7 @@ class Evaluator:
                 self._commit(changed, now)
             except Conflict as exc:
                 result.conflicts += 1
-                log.info("deciding lost a race (%s): re-reading and deciding again", exc)
-                self.state.refresh(force=True)
+                log.info("deciding lost a race (%s): deciding again on the re-read rows", exc)
                 continue
             self.owed |= owed
             for rec, _ in changed:

@@ -123,16 +123,7 @@ class Ingest:
                 seq = self.state.commit(plan.changes, now)
             except Conflict as exc:
                 result.conflicts += 1
-                log.info("ingest lost a race (%s): re-reading and planning again", exc)
-                self.state.refresh(force=True)
-                kind, _ = getattr(exc, "what", ("", ""))
-                if kind == "vm":  # another instance wrote that VM's row (its partition moved): re-read them
-                    self.state.load_vms(plan.changes.vms, force=True)
-                elif kind == "name":
-                    self.state.load_names(plan.changes.names, force=True)
-                elif kind not in ("head", "event", "gone"):  # not known: re-read everything it wrote
-                    self.state.load_vms(plan.changes.vms, force=True)
-                    self.state.load_names(plan.changes.names, force=True)
+                log.info("ingest lost a race (%s): planning again on the re-read rows", exc)
                 continue
             except Rejected as exc:
                 if len(segment) > 1:  # find the envelope the store refuses: one at a time

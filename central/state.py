@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 TABLE = "State"
 KEYS_PER_QUERY = 14  # Azure Tables: at most 15 comparisons in one filter
+EVENTS_PER_COMMIT = 45  # events changed in one transaction: at most 2 operations each, plus the head
 ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
 NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
@@ -278,7 +279,8 @@ class FleetState:
     # ---- writes ---------------------------------------------------------------------------------
     def commit(self, changes: Changes, now: datetime) -> int:
         """Write `changes` as one transaction (<= 100 operations); on success the cache holds the new
-        rows and ETags. Raises store.Conflict when any row changed since it was read: nothing written.
+        rows and ETags. Raises store.Conflict when any row changed since it was read: nothing written,
+        and the cache re-read for the next attempt (`_reread_after_lost_race`).
         Returns the head sequence of this commit (0 when no event changed)."""
         if changes.empty():
             return 0
@@ -327,9 +329,20 @@ class FleetState:
         except Conflict as exc:
             found = owners[exc.index] if 0 <= exc.index < len(owners) else ("", "")
             exc.what = found  # type: ignore[attr-defined]  # what lost the race: ("head", "") | ("vm", id) ...
+            self._reread_after_lost_race(changes, found[0])
             raise
         self._install(changes, owners, etags, seq)
         return seq
+
+    def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:
+        """Make the cache current for the caller's next attempt: the head and the active rows (one
+        request), and the rows of the kind that lost (another instance wrote that VM's row when its
+        partition moved, or bound that name); a kind not known: every VM and name row it wrote."""
+        self.refresh(force=True)
+        if kind not in ("head", "event", "gone", "name"):
+            self.load_vms(changes.vms, force=True)
+        if kind not in ("head", "event", "gone", "vm"):
+            self.load_names(changes.names, force=True)
 
     def _install(
         self, changes: Changes, owners: List[Tuple[str, str]], etags: List[Optional[str]], seq: int

@@ -146,7 +146,9 @@ def test_a_new_state_table_gets_one_head_whichever_instance_reads_first(azurite:
     assert [e["RowKey"] for e in first.query("State", "PartitionKey eq 'fleet'")] == ["head"]
 
 
-def test_a_forced_refresh_reads_head_and_active_rows_in_one_request(azurite: processes.Server) -> None:
+def test_a_lost_commit_leaves_the_cache_current_with_one_read(azurite: processes.Server) -> None:
+    """A commit that loses a race re-reads the head and the active rows in one query before it raises,
+    so the caller's next attempt is current (the callers only plan or decide again)."""
     from central.registry import EventRecord
     from central.state import Changes, FleetState
 
@@ -156,12 +158,12 @@ def test_a_forced_refresh_reads_head_and_active_rows_in_one_request(azurite: pro
     other.refresh()
     now = datetime.now(timezone.utc)
     other.commit(Changes(events={"E1": EventRecord(event_id="E1", first_seen=now)}), now)
-    with pytest.raises(Conflict):  # my head is stale: the commit loses
-        mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)
     transport = log.service._client._client._pipeline._transport  # the CountingTransport
     before = transport.requests
-    assert mine.refresh(force=True)
-    assert transport.requests - before == 1
+    with pytest.raises(Conflict) as lost:  # my head is stale: the commit loses
+        mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)
+    assert lost.value.what == ("head", "")
+    assert transport.requests - before == 2  # the refused transaction, then one read
     assert set(mine.active) == {"E1"} and mine.head_seq == other.head_seq == 1
     mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)  # current now
     assert mine.head_seq == 2
