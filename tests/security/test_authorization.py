@@ -196,6 +196,25 @@ def test_a_vm_first_seen_in_a_tag_group_counts_in_its_budget(plain: Rig, env: En
     assert svc.event("E-two")["state"] == "waiting-budget" and env.messages(db0.vm_id) == []
 
 
+def test_a_vm_retagged_on_purpose_changes_budget_group_once_its_row_is_deleted(
+        plain: Rig, env: Env, hook: Hook) -> None:
+    """The operator's way to move a VM into another tag group (docs/central.md): delete its `vm:` row;
+    its next envelope binds its tags of then, and it counts in its new group's budget."""
+    svc = plain.service(ONE_PER_AVSET_TAG)
+    db0, moved = Vm("db_0", tags={"avset": "db"}), Vm("x_0", tags={"avset": "x"})
+    for vm in (db0, moved):
+        plain.send(svc, vm, [vm.heartbeat(at=NOW)])
+    moved.tags = {"avset": "db"}
+    env.tables.get_table_client(f"{env.prefix}State").delete_entity("fleet", f"vm:{moved.vm_id}")
+    plain.send(svc, moved, [moved.heartbeat(at=NOW + timedelta(seconds=1))])
+    row = next(r for r in env.rows("Vms") if r["VmName"] == "x_0")
+    assert json.loads(row["GroupTags"]) == {"avset": "db"}
+    plain.send(svc, moved, [moved.incarnation_env([event("E-one", ["x_0"], status="Started")], at=NOW)])
+    plain.send(svc, db0, [db0.incarnation_env([event("E-two", ["db_0"], not_before=NOW + timedelta(hours=1))],
+                                              at=NOW)])
+    assert svc.event("E-two")["state"] == "waiting-budget" and env.messages(db0.vm_id) == []
+
+
 def test_made_up_events_end_and_a_vm_cannot_flood_new_events(plain: Rig, env: Env, hook: Hook) -> None:
     svc = plain.service(HOLD_ALL)
     attacker = Vm("vm-x")
