@@ -53,14 +53,16 @@ INGEST = re.compile(r"ingest: (\d+) received")
 LOST_RACE = re.compile(r"lost a race")  # central's log line for each commit that lost to another instance
 
 
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
 def ingested(log: Path) -> int:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return sum(int(n) for n in INGEST.findall(text))
+    return sum(int(n) for n in INGEST.findall(_text(log)))
 
 
 def lost_races(log: Path) -> int:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return len(LOST_RACE.findall(text))
+    return len(LOST_RACE.findall(_text(log)))
 
 
 def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]:

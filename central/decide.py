@@ -195,7 +195,6 @@ def decide(
     return replace(verdict, timeout_cause=cause) if cause else verdict
 
 
-
 def _by_policy(
     event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
 ) -> Verdict:

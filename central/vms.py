@@ -17,7 +17,8 @@ class VmState:
     zone: str = ""
     tags: Dict[str, str] = field(default_factory=dict)  # as it reports them now: rules on its own events
     # its tags at first sight: the budget groups it counts in (a VM's later claim cannot move it into
-    # another group's budget; None: a row from before this field, its current tags stand in)
+    # another group's budget). Set by bind_identity, or bound on load for rows from before the field
+    # (rows.vm_from_entity); None only for a VmState built without either (tools, tests): tags stand in
     group_tags: Optional[Dict[str, str]] = None
     last_seen: Optional[datetime] = None  # when central last received anything from it (enqueued time)
     last_heartbeat: Optional[datetime] = None

@@ -38,7 +38,7 @@ def samples(app: Any, started: float) -> List[Sample]:
     last_send = app.outbox.last_send_at
     g, c = "gauge", "counter"
     return [
-        ("se_forwarder_build_info", "gauge", "the running forwarder",
+        ("se_forwarder_build_info", g, "the running forwarder",
          [({"version": __version__, "python": platform.python_version()}, 1)]),
         ("se_forwarder_start_time_seconds", g, "when this process started (Unix time)", [({}, started)]),
         ("se_forwarder_outbox_backlog", g, "envelopes waiting in the outbox", [({}, outbox["backlog"])]),
@@ -51,20 +51,20 @@ def samples(app: Any, started: float) -> List[Sample]:
         ("se_forwarder_imds_requests_total", c, "IMDS requests made (each attempt)", [({}, health.requests)]),
         ("se_forwarder_imds_failures_total", c, "IMDS attempts without a 200/304", [({}, health.failures)]),
         ("se_forwarder_imds_retries_total", c, "IMDS attempts retried", [({}, health.retries)]),
-        ("se_forwarder_polls_total", "counter", "scheduled-events polls by outcome",
+        ("se_forwarder_polls_total", c, "scheduled-events polls by outcome",
          [({"result": "not_modified"}, polls["notModified"]), ({"result": "same_body"}, polls["sameBody"]),
           ({"result": "parsed"}, polls["parsed"])]),
-        ("se_forwarder_last_incarnation", "gauge", "the last DocumentIncarnation published (-1: none)",
+        ("se_forwarder_last_incarnation", g, "the last DocumentIncarnation published (-1: none)",
          [({}, -1 if app.poller.last_incarnation is None else app.poller.last_incarnation)]),
-        ("se_forwarder_scheduled_events", "gauge", "events IMDS lists as Scheduled for this VM",
+        ("se_forwarder_scheduled_events", g, "events IMDS lists as Scheduled for this VM",
          [({}, len(app.poller.scheduled_event_ids()))]),
-        ("se_forwarder_approval_queue_receives_total", "counter", "approval-queue receives (transactions)",
+        ("se_forwarder_approval_queue_receives_total", c, "approval-queue receives (transactions)",
          [({}, queue.get("receives", 0))]),
         ("se_forwarder_approval_messages_total", c, "approval messages handled",
          [({}, queue.get("messages", 0))]),
-        ("se_forwarder_approval_queue_errors_total", "counter", "approval-queue reads that failed",
+        ("se_forwarder_approval_queue_errors_total", c, "approval-queue reads that failed",
          [({}, queue.get("errors", 0))]),
-        ("se_forwarder_approval_poison_total", "counter", "approval messages set aside as poison",
+        ("se_forwarder_approval_poison_total", c, "approval messages set aside as poison",
          [({}, queue.get("poison", 0))]),
     ]
 

@@ -110,6 +110,7 @@ ServiceFactory = Callable[..., CentralService]
 def tmp_dir(tmp_path: Path) -> Path:
     return tmp_path
 
+
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     """central's metrics into memory for one test (tests/central/test_metrics*.py)."""
