@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import azure.functions as func
 
 if TYPE_CHECKING:
-    from central.service import CentralService
+    from central.runtime import CentralService
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 log = logging.getLogger("function_app")
@@ -24,10 +24,10 @@ log = logging.getLogger("function_app")
 def _metrics() -> None:
     """central's OpenTelemetry metrics to Application Insights (a no-op without a connection string). The
     host keeps shipping the log lines; a telemetry problem never stops the functions."""
-    from central import metrics
+    from central.runtime import configure_metrics
 
     try:
-        metrics.configure(os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING", ""),
+        configure_metrics(os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING", ""),
                           os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", ""))
     except Exception:  # metrics are best effort; the reason is logged
         log.exception("metrics: Application Insights export not configured")
@@ -46,7 +46,7 @@ def central() -> CentralService:
     if _service is None:
         with _service_lock:
             if _service is None:
-                from central.service import CentralService
+                from central.runtime import CentralService
 
                 _service = CentralService.from_settings(dict(os.environ))
     return _service
@@ -74,7 +74,7 @@ def _error(message: str, status_code: int) -> func.HttpResponse:
     cardinality=func.Cardinality.MANY,
 )
 def ingest(events: List[func.EventHubEvent]) -> None:
-    from central.sender import properties_of
+    from central.runtime import properties_of
 
     result = central().handle_batch(
         [event.get_body() for event in events],

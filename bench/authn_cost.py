@@ -16,7 +16,7 @@ import time
 from typing import Callable, List
 
 from bench import Figure, record
-from central import authn
+from central.intake import authn
 from forwarder.attestation import Attestor
 from sandbox.imds.attested import AttestedDocuments, SandboxPki
 from sandbox.imds.identity import from_spec

@@ -32,7 +32,7 @@ from email.utils import format_datetime
 from typing import Any, Dict, List, Optional, Tuple
 
 from bench import Figure, record, spread_figure
-from central.service import CentralService
+from central.runtime.service import CentralService
 from sandbox import processes
 from sandbox.imds.signer import Signer
 

@@ -20,11 +20,11 @@ from . import sinks
 from .config import Config
 from .heartbeat import Heartbeat
 from .imds import ImdsClient, ImdsRejected, managed_identity_credential
+from .imds_refusals import EXIT_IMDS_REFUSES, RefusalCounter
 from .outbox import Outbox, StateError
 from .poller import Poller
 from .publisher import Publisher
 from .ratelimit import RateLimiter
-from .refusals import EXIT_IMDS_REFUSES, RefusalCounter
 
 __all__ = ["App", "StateError", "Unusable", "approval_settings", "build", "hook_settings"]
 
@@ -127,7 +127,7 @@ def build(config: Config) -> App:
 
 def poll_step(poller: Poller, refusals: Optional[RefusalCounter] = None) -> Callable[[threading.Event], None]:
     """The poller worker's step: one poll; the same non-healing refusal LIMIT times in a row ends `run`
-    (exit 8) instead of retrying forever (forwarder/refusals.py)."""
+    (exit 8) instead of retrying forever (forwarder/imds_refusals.py)."""
     from .daemon import Fatal
 
     counter = refusals or RefusalCounter()

@@ -4,7 +4,7 @@ The forwarder makes an Ed25519 key in memory (never written anywhere), asks IMDS
 `/metadata/attested/document?nonce=<nonce of the key>` through the forwarder's IMDS client (no
 proxy, inside the VM's 5 requests/s budget, retried like every IMDS call), and signs each envelope's
 exact body bytes with it. What travels with each event (application properties) and what central
-checks: schemas/authn.py and central/authn.py; why: docs/security.md ("Sender authentication").
+checks: schemas/authn.py and central/intake/authn.py; why: docs/security.md ("Sender authentication").
 
 Freshness: an attested document lives ~6 h on Azure. Halfway through (and never more often than
 once a minute) a new key is made and attested; the old one keeps signing until the new document

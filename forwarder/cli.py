@@ -109,14 +109,14 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("run", "check"):
-        from .lean import skip_charset_detection
+        from .footprint import skip_charset_detection
 
         skip_charset_detection()
     try:
         config = load(_given(args), os.environ)
     except ConfigError as exc:
         return _usage(str(exc))
-    from .validate import approve_problems, problems
+    from .config_rules import approve_problems, problems
 
     found = approve_problems(config) if args.command == "approve" else problems(config)
     if found:

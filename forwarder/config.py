@@ -2,7 +2,7 @@
 
 Precedence: command-line flag > environment variable > JSON config file > default. Adding a
 setting is one `Setting(...)` line below; the CLI, the env/file loading and the docs tables (README,
-docs/forwarder.md) all come from it. Checks that involve several settings live in `validate.py`.
+docs/forwarder.md) all come from it. Checks that involve several settings live in `config_rules.py`.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional
 from azure.core.exceptions import ClientAuthenticationError
 
 from .backoff import Backoff
+from .noproxy import no_proxy_session
 from .ratelimit import RateLimiter
 
 RETRY_STATUSES = frozenset({404, 410, 429, 500, 502, 503, 504})
@@ -39,8 +40,6 @@ class ImdsTokenHttp:
     """The `http_client` MSAL calls for the token: requests, inside the IMDS budget, bounded, retried."""
 
     def __init__(self, limiter: RateLimiter, stop: Optional[threading.Event] = None) -> None:
-        from .imds import no_proxy_session
-
         self.limiter = limiter
         self.stop = stop
         self.session = no_proxy_session()

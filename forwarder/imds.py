@@ -20,6 +20,7 @@ import requests
 
 from .backoff import Backoff
 from .clock import iso
+from .noproxy import no_proxy_session
 from .ratelimit import RateLimiter, RateLimitTimeout
 
 DEFAULT_BASE_URL = "http://169.254.169.254"
@@ -105,16 +106,6 @@ class ImdsHealth:
         return {"requests": self.requests, "failures": self.failures, "retries": self.retries,
                 "lastStatus": self.last_status,
                 "lastOkAt": iso(self.last_ok_at) if self.last_ok_at else None, "lastError": self.last_error}
-
-
-def no_proxy_session() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY and .netrc: IMDS is never proxied
-    session.proxies = {}
-    # Redirects are refused by allow_redirects=False on each request. (max_redirects = 0 here made
-    # requests raise TooManyRedirects, not an ImdsError, on any 3xx even with allow_redirects=False.)
-    session.headers.pop("Proxy-Authorization", None)
-    return session
 
 
 class ImdsClient:

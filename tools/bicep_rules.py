@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Set
 
 import tree_sitter as ts
 
-from tools.bicep_check import (
+from tools.bicep_syntax import (
     Finding,
     body_object,
     is_declaration_name,

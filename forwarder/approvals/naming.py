@@ -1,4 +1,4 @@
-"""The name of a VM's approval queue. The SAME rule as central's `central.approvals.queue_name`
+"""The name of a VM's approval queue. The SAME rule as central's `central.runtime.approval_queue.queue_name`
 (the forwarder never imports central; tests/forwarder_approvals checks both agree):
 
 "vm-" + the vmId lowercased, with every character outside [a-z0-9] turned into "-", runs of "-"

@@ -1,6 +1,6 @@
 // Approvals are per VM: the identity given here can receive and delete messages of the queues named
 // here and of no other. For each vmId: the queue vm-<vmId> (central's rule for a VM id, a GUID:
-// central/approvals.py queue_name; central would create it on first use, this creates it now so the
+// central/runtime/approval_queue.py queue_name; central would create it on first use, this creates it now so the
 // role can be scoped to it) and Storage Queue Data Message Processor on that queue only.
 // Deployed by install-vm.bicep (one VM, its system-assigned identity, its own queue) and
 // install-vmss.bicep (a Uniform scale set: its one identity, the queues of its instances) into the

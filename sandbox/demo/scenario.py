@@ -23,8 +23,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from azure.data.tables import TableServiceClient
 
-from central.rows import read_table
-from central.store import get_json
+from central.store.state_rows import read_table
+from central.store.tables import get_json
 from sandbox.demo.fleet import TABLE_PREFIX, Fleet
 
 STARTED_SECONDS = 15.0  # simulated seconds an event stays Started before it is gone

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Dict, List, Optional
 
-from central.store import get_json
+from central.store.tables import get_json
 from sandbox.demo.scenario import Evidence, Scene, posted_ids
 
 

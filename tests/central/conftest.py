@@ -14,10 +14,10 @@ from azure.storage.queue import QueueServiceClient
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from central import metrics
-from central.approvals import queue_name
-from central.rows import read_table
-from central.service import CentralService
+from central.runtime.approval_queue import queue_name
+from central.runtime.service import CentralService
+from central.store.state_rows import read_table
+from central.telemetry import metrics
 from sandbox import processes
 
 

@@ -1,4 +1,4 @@
-"""central/metrics.py with OpenTelemetry's InMemoryMetricReader, and the real Azure Monitor exporter
+"""central/telemetry/metrics.py with OpenTelemetry's InMemoryMetricReader, and the real Azure Monitor exporter
 against a local ingestion endpoint (a subprocess, so the global meter provider stays untouched here)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from central import metrics
+from central.telemetry import metrics
 from sandbox import processes
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -156,7 +156,7 @@ class _Ingestion(BaseHTTPRequestHandler):
 CHILD = """
 import sys
 from opentelemetry import metrics as otel
-from central import metrics
+from central.telemetry import metrics
 assert metrics.configure(sys.argv[1]) is True
 metrics.envelope("scheduledevents.heartbeat.v1")
 metrics.decision("approve", "default:short-freeze", event_id="E1", event_type="Freeze", state="approving")

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from central import metrics
-from central.store import StoreError
+from central.store.tables import StoreError
+from central.telemetry import metrics
 
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event

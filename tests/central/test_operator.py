@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from central.results import InvalidRequest, UnknownEvent
+from central.runtime.results import InvalidRequest, UnknownEvent
 
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from central import policy
-from central.vms import VmState
+from central.model.vms import VmState
+from central.policy import document as policy
 
 VM = VmState("id-1", "web_0", scale_set="web", tags={"role": "web", "env": "prod"})
 DB = VmState("id-2", "db0", tags={"role": "db"})

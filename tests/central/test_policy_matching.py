@@ -8,8 +8,10 @@ from typing import Any, Dict
 
 import pytest
 
-from central import budgets, matching, policy, policy_lint
-from central.vms import VmState
+from central.model.vms import VmState
+from central.policy import budgets, matching
+from central.policy import document as policy
+from central.policy import lint as policy_lint
 
 RID = "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/web"
 WEB = VmState(

@@ -14,9 +14,10 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import tomllib
 
-from central import policy, policy_cli
-from central.budgets import FleetState
-from central.policy_explain import event_from_json, explain, vm_from_json
+from central.cli import se_policy as policy_cli
+from central.cli.explain import event_from_json, explain, vm_from_json
+from central.policy import document as policy
+from central.policy.budgets import FleetState
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -363,7 +364,7 @@ def test_console_script_is_installed_and_ships_apart_from_the_vm_wheel(tmp_path:
     ops = tomllib.loads((REPO / "ops" / "pyproject.toml").read_text())
     assert "se-policy" not in root["project"]["scripts"]
     assert not any(p.split(".")[0] == "central" for p in root["tool"]["setuptools"]["packages"])
-    assert ops["project"]["scripts"]["se-policy"] == "central.policy_cli:main"
+    assert ops["project"]["scripts"]["se-policy"] == "central.cli.se_policy:main"
     script = Path(sys.executable).parent / "se-policy"
     assert script.exists(), "se-policy is not installed in this venv: make bootstrap installs ops/"
     bad = write(tmp_path, {"version": 1, "rules": [{"name": "a", "action": "yolo"}]})

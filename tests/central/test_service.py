@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import schemas
-from central.service import CentralService, InvalidRequest, UnknownEvent
-from central.timeutil import parse
+from central.model.times import parse
+from central.runtime.service import CentralService, InvalidRequest, UnknownEvent
 
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event
@@ -392,7 +392,7 @@ def test_large_document_is_split_across_columns(env: Env, hook: Hook) -> None:
 def test_from_settings_identity_based_and_clear_errors() -> None:
     from azure.identity import ManagedIdentityCredential
 
-    from central.settings import SettingsError
+    from central.runtime.settings import SettingsError
 
     svc = CentralService.from_settings(
         {
@@ -414,7 +414,7 @@ def test_from_settings_identity_based_and_clear_errors() -> None:
 def test_queue_down_loses_no_approval(env: Env, hook: Hook) -> None:
     from azure.storage.queue import QueueServiceClient
 
-    from central.approvals import ApprovalSender
+    from central.runtime.approval_queue import ApprovalSender
 
     svc = env.service()
     working = svc.sender

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 from azure.data.tables import TableServiceClient, UpdateMode
 
-from central import batch_wire
-from central.settings import CountingTransport
-from central.store import Conflict, Op, Rejected, TableLog
+from central.runtime.settings import CountingTransport
+from central.store import batch_wire
+from central.store.tables import Conflict, Op, Rejected, TableLog
 from sandbox import processes
 
 
@@ -86,7 +86,7 @@ def test_state_transactions_are_all_or_nothing_under_etags(azurite: processes.Se
 
 
 def test_the_wire_transaction_stores_what_submit_transaction_stores(azurite: processes.Server) -> None:
-    """central/batch_wire.py is a hand-written fast path beside the SDK's submit_transaction: the same
+    """central/store/batch_wire.py is a hand-written fast path beside the SDK's submit_transaction: the same
     entities written both ways must read back identical, whatever the keys and value types, and the
     conditional operations must answer the same ETags and refuse the same stale ones."""
     log = log_for(azurite)
@@ -135,7 +135,7 @@ def test_the_wire_transaction_stores_what_submit_transaction_stores(azurite: pro
 
 
 def test_a_new_state_table_gets_one_head_whichever_instance_reads_first(azurite: processes.Server) -> None:
-    from central.state import FleetState
+    from central.store.fleet_state import FleetState
 
     first = log_for(azurite)
     second = TableLog(first.service, first.prefix)  # another instance on the same tables
@@ -149,8 +149,8 @@ def test_a_new_state_table_gets_one_head_whichever_instance_reads_first(azurite:
 def test_a_lost_commit_leaves_the_cache_current_with_one_read(azurite: processes.Server) -> None:
     """A commit that loses a race re-reads the head and the active rows in one query before it raises,
     so the caller's next attempt is current (the callers only plan or decide again)."""
-    from central.registry import EventRecord
-    from central.state import Changes, FleetState
+    from central.model.events import EventRecord
+    from central.store.fleet_state import Changes, FleetState
 
     log = log_for(azurite)
     mine, other = FleetState(log), FleetState(TableLog(log.service, log.prefix))

@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from central import approvals, envelopes, store
-from central.alerts import Alert, payload
-from central.settings import catalogue
+from central.intake import parse as envelopes
+from central.model.alert import Alert
+from central.runtime import approval_queue as approvals
+from central.runtime.settings import catalogue
+from central.runtime.webhook import payload
+from central.store import tables as store
 
 from .factory import T0, Vm, event
 
 
 def test_every_setting_central_reads_is_in_the_one_list() -> None:
-    source = Path(__file__).resolve().parents[2].joinpath("central", "settings.py").read_text()
+    source = Path(__file__).resolve().parents[2].joinpath("central", "runtime", "settings.py").read_text()
     read = set(re.findall(r'(?:s\.get|_number\(s,)\s*\(?\s*"([A-Z_]+)"', source))
     assert {"POLICY_JSON", "ALERT_WEBHOOK_URL", "TABLE_PREFIX", "APPROVAL_RESULT_TIMEOUT_SECONDS"} <= read
     listed = set(catalogue()["settings"])
@@ -95,7 +98,7 @@ def test_envelope_parsing() -> None:
 
 @pytest.mark.parametrize("prefix", ["1abc", "a-b", "é", "a" * 41])
 def test_bad_table_prefix_is_a_clear_error(prefix: str) -> None:
-    from central.settings import CentralSettings, SettingsError
+    from central.runtime.settings import CentralSettings, SettingsError
 
     with pytest.raises(SettingsError, match="TABLE_PREFIX"):
         CentralSettings.from_mapping({"TABLE_PREFIX": prefix})
@@ -105,9 +108,9 @@ def test_bad_table_prefix_is_a_clear_error(prefix: str) -> None:
 def test_leader_election_rounds() -> None:
     from datetime import timedelta
 
-    from central.leader import elect
-    from central.registry import Approval, EventRecord
-    from central.vms import VmState
+    from central.model.events import Approval, EventRecord
+    from central.model.vms import VmState
+    from central.policy.leader import elect
 
     live = timedelta(seconds=60)
     vms = {n: VmState(f"id-{n}", n, last_seen=T0) for n in ("b", "a", "c")}
@@ -129,8 +132,8 @@ def test_leader_election_rounds() -> None:
 def test_a_vm_row_binds_its_budget_tags_once_and_keeps_an_empty_binding() -> None:
     """Tag budgets read the tags of first sight (issue 14): a row from before GroupTags binds its stored
     tags; a VM first seen without tags stays in no tag group whatever it claims later."""
-    from central.rows import vm_entity, vm_from_entity
-    from central.vms import VmState
+    from central.model.vms import VmState
+    from central.store.state_rows import vm_entity, vm_from_entity
 
     vm = VmState("id-1", "web_0")
     vm.bind_identity({"tags": {}})

@@ -13,9 +13,10 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from central import history, policy_cli, whatif
-from central import policy as policy_mod
-from central.service import CentralService
+from central.cli import history, whatif
+from central.cli import se_policy as policy_cli
+from central.policy import document as policy_mod
+from central.runtime.service import CentralService
 
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event, iso
@@ -177,8 +178,8 @@ def test_bad_history_is_one_line_and_its_own_exit_code(tmp_path: Path, capsys: p
 
 def test_each_event_is_decided_at_its_first_sight_between_steps() -> None:
     """Pure: no store. Two events 30 s and 95 s after the first: each decided when first seen."""
-    from central.registry import EventRecord
-    from central.vms import VmState
+    from central.model.events import EventRecord
+    from central.model.vms import VmState
 
     past = []
     for i, offset in enumerate((0, 30, 95)):

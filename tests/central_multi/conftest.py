@@ -7,7 +7,7 @@ from typing import List
 
 import pytest
 
-from central.service import CentralService
+from central.runtime.service import CentralService
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 
 

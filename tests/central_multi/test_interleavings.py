@@ -17,9 +17,10 @@ from typing import Dict, List, Set
 
 import pytest
 
-from central.alerts import Alert, idempotency_key
-from central.results import InvalidRequest
-from central.timeutil import parse
+from central.model.alert import Alert
+from central.model.times import parse
+from central.runtime.results import InvalidRequest
+from central.runtime.webhook import idempotency_key
 
 from ..central.conftest import Env, Hook
 from ..central.factory import T0, Vm, body, event

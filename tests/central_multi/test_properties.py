@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from central.alerts import idempotency_key
-from central.results import BatchResult
+from central.runtime.results import BatchResult
+from central.runtime.webhook import idempotency_key
 
 from ..central.conftest import Env, Hook
 from ..central.factory import T0, Vm, body, event
@@ -196,7 +196,7 @@ def test_an_alert_is_never_lost_to_a_crash_between_its_commit_and_its_post(
 
 
 def idempotency_key_of(key: str) -> str:
-    from central.alerts import Alert
+    from central.model.alert import Alert
 
     return idempotency_key(Alert(key, "event-status", "", "", "", T0))
 
@@ -301,7 +301,7 @@ def test_a_batch_retried_after_a_store_failure_is_applied_whole(
     env: Env, hook: Hook, fleet_of, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The host retries a failed batch on the same instance: nothing of it may count as a duplicate."""
-    from central.store import StoreError
+    from central.store.tables import StoreError
 
     svc = fleet_of(1)[0]
     a = Vm("vm-r")

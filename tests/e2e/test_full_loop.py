@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Set
 
 import pytest
 
-from central.store import get_json
+from central.store.tables import get_json
 from sandbox import processes
 
 RUN_TIMEOUT = 115  # the demo bounds itself well below this

@@ -16,8 +16,8 @@ from azure.data.tables import TableServiceClient
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.storage.queue import QueueServiceClient
 
-from central.approvals import queue_name
-from central.rows import read_table
+from central.runtime.approval_queue import queue_name
+from central.store.state_rows import read_table
 from sandbox import processes
 from tests.central.factory import Vm, event
 from tests.forwarder.helpers import wait_until

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from central.service import CLAIM_SEND_GRACE, CentralService
+from central.runtime.service import CLAIM_SEND_GRACE, CentralService
 from sandbox import processes
 from tests.central.factory import Vm, body, event
 
@@ -38,7 +38,7 @@ def test_an_event_that_starts_while_its_approval_is_outstanding_does_not_break_t
 def test_central_approval_queue_client_does_not_stall_a_minute_when_storage_is_down() -> None:
     # Found by test_storage_webhook_outages: with the SDK's default retry (15 s backoff, 3 retries) one
     # approval send to a dead queue service took ~79 s, holding central's lock and the ingest batch.
-    from central.settings import storage_clients
+    from central.runtime.settings import storage_clients
 
     _, queues = storage_clients({"ApprovalStorage": processes.azurite_connection_string(9, 9, 9)})
     policy = queues._config.retry_policy  # the policy the client was built with

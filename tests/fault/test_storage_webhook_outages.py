@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 import pytest
 from azure.data.tables import TableServiceClient
 
-from central.service import CentralService
+from central.runtime.service import CentralService
 from sandbox import processes
 from tests.forwarder.helpers import Forwarder, admin, imds_url, read_published, wait_until
 

@@ -10,7 +10,7 @@ from typing import Iterator, List
 
 import pytest
 
-from central import authn
+from central.intake import authn
 from forwarder.attestation import AttestationError, Attestor
 from forwarder.imds import ImdsClient
 from sandbox import processes

@@ -12,8 +12,9 @@ from typing import List, Optional
 
 import pytest
 
-from forwarder import cli, validate
+from forwarder import cli
 from forwarder import config as cfg
+from forwarder import config_rules as validate
 from sandbox import processes
 
 REPO = processes.REPO

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Set
 import pytest
 
 from forwarder import exitcodes
-from forwarder.refusals import LIMIT, RefusalCounter
+from forwarder.imds_refusals import LIMIT, RefusalCounter
 from sandbox import processes
 
 from .helpers import Forwarder, admin, imds_url, incarnations, of_type, read_published, wait_until

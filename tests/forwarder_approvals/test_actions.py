@@ -235,7 +235,7 @@ def test_cli_approve_checks_and_hook(rig: Rig, sim: ImdsSimulator) -> None:
 @pytest.mark.parametrize("vm_id", [VM0["vmId"], "0F8E6B52-1D5C-4D3A-9A61-2B7C1E0A0000", "weird__ID..x",
                                    "", "-" * 5, "a" * 61, "ÄÖ-vm"])
 def test_queue_name_rule_matches_central(vm_id: str) -> None:
-    central = pytest.importorskip("central.approvals")
+    central = pytest.importorskip("central.runtime.approval_queue")
     assert naming.queue_name(vm_id) == central.queue_name(vm_id)
     name = naming.queue_name(vm_id)
     assert 3 <= len(name) <= 63 and name == name.lower() and "--" not in name

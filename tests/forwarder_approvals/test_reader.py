@@ -251,7 +251,7 @@ def test_message_sent_by_central_is_carried_out(rig: Rig) -> None:
 
     import pytest
 
-    central = pytest.importorskip("central.approvals")
+    central = pytest.importorskip("central.runtime.approval_queue")
     from azure.storage.queue import QueueServiceClient
 
     event_id = _event(rig)

@@ -1,6 +1,6 @@
 """End to end: the forwarder process with `--authenticate` publishes through the real azure-eventhub
 producer to the sandbox hub; a real consumer reads the events with their application properties;
-central/authn.py authenticates every one, also as the sandbox Functions runner hands them over
+central/intake/authn.py authenticates every one, also as the sandbox Functions runner hands them over
 (cardinality many: `metadata["PropertiesArray"][i]`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Iterator, List
 import pytest
 from azure.eventhub import EventHubConsumerClient
 
-from central import authn
+from central.intake import authn
 from sandbox import processes
 from sandbox.functions.eventhub import function_events
 from schemas import authn as wire

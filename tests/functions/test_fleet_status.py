@@ -11,8 +11,8 @@ from typing import Iterator, List
 
 import pytest
 
-from central import fleet_cli
-from central.service import CentralService
+from central.cli import se_fleet as fleet_cli
+from central.runtime.service import CentralService
 from sandbox import processes
 from tests.central.factory import Vm, body, event
 

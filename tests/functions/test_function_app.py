@@ -105,7 +105,7 @@ def test_every_binding_connection_is_a_declared_identity_based_prefix(connection
 def test_every_binding_related_app_setting_is_used_by_a_binding() -> None:
     """Vice versa: a declared setting nobody reads is a mistake infra would carry. Settings are read by
     the bindings (%NAME%, `PREFIX__*` of a binding connection) or by the central package itself."""
-    central_source = "\n".join(p.read_text() for p in (REPO / "central").glob("*.py"))
+    central_source = "\n".join(p.read_text() for p in (REPO / "central").rglob("*.py"))
     storage = CATALOGUE["storageConnectionPrefix"]
     unused = []
     for name in SETTINGS:

@@ -16,7 +16,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from central.service import CentralService
+from central.runtime.service import CentralService
 from sandbox import processes
 from sandbox.functions.loader import load_functions
 from tests.central.factory import Vm, body, event

@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import schemas
-from central.service import CentralService
+from central.runtime.service import CentralService
 from sandbox import processes
 from tests.central.factory import T0, Vm, body, event
 

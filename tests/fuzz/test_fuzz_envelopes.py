@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import schemas
-from central import envelopes
+from central.intake import parse as envelopes
 
 from . import strategies as S
 from .counting import SLOW_FACTOR, count, fuzz

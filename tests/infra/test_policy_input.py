@@ -15,7 +15,7 @@ from typing import Dict, Optional
 
 import yaml
 
-from central import policy
+from central.policy import document as policy
 from tools.bicep_check import node_text, parse, string_value, walk
 
 REPO = Path(__file__).resolve().parents[2]

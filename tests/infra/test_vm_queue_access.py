@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 
 import tree_sitter as ts
 
-from central.approvals import queue_name
+from central.runtime.approval_queue import queue_name
 from tools.bicep_check import (
     bicep_files,
     body_object,

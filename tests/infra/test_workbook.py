@@ -3,10 +3,10 @@ what central really logs and emits.
 
 - every `extract(@'key=(...)', 1, Message)` of a query over an `se.*` marker matches a line rendered from
   that marker's format string as it stands in central/ (found in the source, so the check survives a
-  reshuffle of central's modules), and the marker lines central/metrics.py really writes;
+  reshuffle of central's modules), and the marker lines central/telemetry/metrics.py really writes;
 - the heartbeat / outbox-drop patterns equal those of the alert rules (tests/central holds those to the
   lines central writes);
-- every AppMetrics name is one of central/metrics.py's instruments, and every `Properties.<key>` one
+- every AppMetrics name is one of central/telemetry/metrics.py's instruments, and every `Properties.<key>` one
   of the attributes that instrument really records (an InMemoryMetricReader says which).
 """
 
@@ -24,7 +24,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from central import metrics
+from central.telemetry import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 WORKBOOK = REPO / "infra" / "app" / "workbook.json"
@@ -132,7 +132,7 @@ def test_heartbeat_patterns_are_the_alert_rules_patterns() -> None:
 
 @pytest.fixture
 def recorded() -> Iterator[Dict[str, Set[str]]]:
-    """{metric name: attribute keys} after one call of each central/metrics.py function."""
+    """{metric name: attribute keys} after one call of each central/telemetry/metrics.py function."""
     reader = InMemoryMetricReader()
     previous = metrics.use(MeterProvider(metric_readers=[reader]))
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -179,7 +179,7 @@ def test_metric_names_and_dimensions_are_those_central_emits(recorded: Dict[str,
 
 
 def test_the_real_marker_lines_match_the_queries(caplog: pytest.LogCaptureFixture) -> None:
-    """Beyond the format strings: the lines central/metrics.py actually writes."""
+    """Beyond the format strings: the lines central/telemetry/metrics.py actually writes."""
     reader = InMemoryMetricReader()
     previous = metrics.use(MeterProvider(metric_readers=[reader]))
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -13,7 +13,7 @@ from typing import Any, Iterator, List, Tuple
 import pytest
 
 import schemas
-from central import policy_cli
+from central.cli import se_policy as policy_cli
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_KEYS = set(schemas.load("policy.schema.json")["properties"])

@@ -1,4 +1,4 @@
-"""central/authn.py on genuine material (made by the forwarder's Attestor from the IMDS simulator over
+"""central/intake/authn.py on genuine material (made by the forwarder's Attestor from the IMDS simulator over
 HTTP) and on every forgery a VM of the fleet (or anyone with send rights on the hub) can build."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from asn1crypto import cms, core
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from central import authn
+from central.intake import authn
 from forwarder.attestation import Attestor
 from forwarder.imds import ImdsClient
 from sandbox import processes

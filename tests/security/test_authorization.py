@@ -13,10 +13,10 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from central.decide import REPORT_GRACE
-from central.registry import STALE_SCHEDULED
-from central.results import BatchResult
-from central.service import CentralService
+from central.model.events import STALE_SCHEDULED
+from central.policy.decide import REPORT_GRACE
+from central.runtime.results import BatchResult
+from central.runtime.service import CentralService
 from sandbox.imds.signer import Signer
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 from tests.central.factory import Vm, body, event

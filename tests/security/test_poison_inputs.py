@@ -13,8 +13,8 @@ from typing import Any, Dict, List
 import pytest
 
 import schemas
-from central.limits import MAX_EVENTS_PER_DOCUMENT
-from central.service import CentralService
+from central.intake.bounds import MAX_EVENTS_PER_DOCUMENT
+from central.runtime.service import CentralService
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 from tests.central.factory import T0, Vm, body, event
 

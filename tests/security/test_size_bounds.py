@@ -13,7 +13,7 @@ from typing import Any
 import azure.functions as func
 
 import schemas
-from central import envelopes as central_envelopes
+from central.intake import parse as central_envelopes
 from forwarder import envelope, poller
 from forwarder.approvals import message as msgs
 from forwarder.approvals.approver import Approver

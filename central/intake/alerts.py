@@ -1,0 +1,103 @@
+"""The alerts ingest raises, built as plain values (pure): quarantined envelopes, refused reports,
+outbox drops, and the status alert an event owes. Ingest commits them with the changes that cause them;
+central.runtime.act delivers them (at least once, with a stable idempotency key).
+
+Quarantine and refusal alerts are bounded per source: one per sending VM (or one for every body that
+names no VM) per WINDOW, whatever the volume; every body is still kept in the Quarantine table. So a
+flood from one VM costs one alert per window and can never crowd out another's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Dict, List
+
+from central.model.alert import ALERT_LEASE, Alert
+from central.model.envelope import BadEnvelope, Envelope
+from central.model.events import EventRecord
+from central.model.times import iso
+from central.model.vms import VmState
+
+WINDOW_SECONDS = 600
+
+
+def window(now: datetime) -> str:
+    """The alert window `now` falls in (its start), part of a bounded alert's key."""
+    start = int(now.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
+    return iso(datetime.fromtimestamp(start, now.tzinfo))
+
+
+def quarantined(bad: BadEnvelope, now: datetime) -> Alert:
+    first = bad.errors[0] if bad.errors else {"path": "/", "message": "?"}
+    return Alert(
+        f"quarantined:{bad.vm_id or 'unattributed'}:{window(now)}",
+        "quarantined",
+        "warning",
+        "Central quarantined an envelope it could not accept",
+        f"{first['path']}: {first['message']} (the first in this {WINDOW_SECONDS // 60}-minute window; "
+        "every one is kept in the Quarantine table)",
+        now,
+        facts={
+            "vmId": bad.vm_id, "envelopeId": bad.envelope_id, "sha256": bad.sha256, "errors": len(bad.errors)
+        },
+        next_try=now + ALERT_LEASE,
+    )
+
+
+def forwarder_quarantined(env: Envelope, sha256: str, now: datetime) -> Alert:
+    errs = env.data.get("errors") or [{"path": "/", "message": "?"}]
+    return Alert(
+        f"quarantined:{env.vm_id}:{window(now)}",
+        "quarantined",
+        "warning",
+        f"IMDS on {env.vm_name} returned a document that fails the schema",
+        f"{errs[0]['path']}: {errs[0]['message']}",
+        now,
+        facts={"vm": env.vm_name, "vmId": env.vm_id, "errors": len(errs)},
+        next_try=now + ALERT_LEASE,
+    )
+
+
+def refused(env: Envelope, problems: List[Dict[str, str]], sha256: str, now: datetime) -> Alert:
+    """A VM said something it may not (issue 14, item 1): what it said is kept in Quarantine."""
+    first = problems[0]
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+    return Alert(
+        f"refused:{env.vm_id}:{window(now)}",
+        "refused-report",
+        "warning",
+        f"Central refused part of a report from {env.vm_name}",
+        f"{first['path']}: {first['message']}{more}",
+        now,
+        facts={"vm": env.vm_name, "vmId": env.vm_id, "envelopeId": env.id, "problems": len(problems)},
+        next_try=now + ALERT_LEASE,
+    )
+
+
+def outbox_dropped(vm: VmState, dropped: int, outbox: Dict[str, Any], now: datetime) -> Alert:
+    return Alert(
+        f"outbox-dropped:{vm.vm_id}:{dropped}",
+        "outbox-dropped",
+        "critical",
+        f"Forwarder on {vm.name} dropped envelopes",
+        f"The bounded outbox on {vm.name} dropped {dropped - vm.outbox_dropped} envelope(s) "
+        f"({dropped} since install): Event Hubs was unreachable for long. Incarnations may be missing.",
+        now,
+        facts={
+            "vm": vm.name,
+            "vmId": vm.vm_id,
+            "dropped": dropped,
+            "previously": vm.outbox_dropped,
+            "lastError": outbox.get("lastError"),
+        },
+        next_try=now + ALERT_LEASE,
+    )
+
+
+def owe_status_alert(rec: EventRecord, now: datetime) -> str:
+    """The event owes one alert for its new status (built at delivery, so it carries the decision)."""
+    key = f"{rec.event_id}:{rec.status}"
+    if any(a.get("key") == key for a in rec.pending_alerts):
+        return key
+    alert = Alert(key, "event-status", "", "", "", now, rec.event_id, rec.status, next_try=now + ALERT_LEASE)
+    rec.pending_alerts.append(alert.to_json())
+    return key

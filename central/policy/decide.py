@@ -1,0 +1,408 @@
+"""The decision, as a pure function: one event + the fleet state it needs + policy + now -> Verdict.
+
+No I/O, no storage types: a replay tool can rebuild `EventRecord`s and `VmState`s from recorded history
+(the State and Decisions tables) and ask what central decided, or would decide under another policy:
+
+    verdict = decide(event, FleetView(vms_by_name, open_events), policy, now, DecideConfig())
+
+The caller (central.runtime.evaluator) commits what a verdict says under the store's concurrency control and
+only then acts on it; `record()` applies a verdict to an event record (also pure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
+
+from central.model.events import EventRecord
+from central.model.times import iso
+from central.model.vms import VmState
+
+from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
+from .document import Policy, window_wait
+from .leader import elect, timeout_cause
+
+IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
+# A VM named in an event's Resources counts against its groups' budgets once it reported the event
+# itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
+# event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore
+# holds their budgets for at most this long (central.intake.authz; docs/security.md).
+REPORT_GRACE = timedelta(seconds=120)
+DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
+REFUSED_OUTCOMES = ("rejected", "hook-failed")
+OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
+
+
+@dataclass(frozen=True)
+class DecideConfig:
+    result_timeout: timedelta = timedelta(seconds=120)  # APPROVAL_RESULT_TIMEOUT_SECONDS
+    liveness: timedelta = timedelta(seconds=300)  # LEADER_LIVENESS_SECONDS
+    policy_error: str = ""  # the invalid POLICY_JSON's errors, when the fallback policy runs
+
+
+@dataclass
+class FleetView:
+    """What deciding about one event may look at: the VMs central knows (by name, the way IMDS's
+    Resources name them) and every open event (for disruption budgets). Budget counts are built once
+    per view (linear in open events) and kept current by `mark_impacting` as a pass decides."""
+
+    vms_by_name: Mapping[str, VmState]
+    open_events: Sequence[EventRecord]
+    liveness: timedelta = timedelta(seconds=300)  # DecideConfig.liveness
+    # every VM central knows, read when a percentage budget needs group sizes (None: those in vms_by_name)
+    known: Optional[Callable[[], Sequence[VmState]]] = None
+    _sizes: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    _groups: Dict[str, Dict[str, Dict[str, Set[str]]]] = field(
+        default_factory=dict
+    )  # budget->group->vm->events
+    _budgets: Dict[str, Budget] = field(default_factory=dict)
+
+    def vms_of(self, event: EventRecord) -> List[VmState]:
+        return [self.vms_by_name[n] for n in event.resources if n in self.vms_by_name]
+
+    def _budget_map(self, budget: Budget, now: datetime) -> Dict[str, Dict[str, Set[str]]]:
+        found = self._groups.get(budget.name)
+        if found is None:
+            self._budgets[budget.name] = budget
+            found = self._groups[budget.name] = {}
+            for other in self.open_events:
+                if impacting(other, now):
+                    self._add(found, budget, other, now)
+        return found
+
+    def impacted_vms(self, event: EventRecord, now: datetime) -> List[VmState]:
+        """The VMs of `event` that count against budgets now (see REPORT_GRACE)."""
+        if now - event.first_seen <= REPORT_GRACE:
+            return self.vms_of(event)
+        return [
+            vm for vm in self.vms_of(event)
+            if vm.vm_id in event.listed_by or vm.vm_id in event.reported_by.values()
+            or not vm.live(now, self.liveness)
+        ]
+
+    def _add(self, groups: Dict[str, Dict[str, Set[str]]], budget: Budget, event: EventRecord,
+             now: datetime) -> None:
+        for vm in self.impacted_vms(event, now):
+            group = budget.group_of(vm)
+            if group:
+                groups.setdefault(group, {}).setdefault(vm.vm_id, set()).add(event.event_id)
+
+    def mark_impacting(self, event: EventRecord, now: datetime) -> None:
+        """An event this pass just approved now counts against every budget already counted."""
+        for name, groups in self._groups.items():
+            self._add(groups, self._budgets[name], event, now)
+
+    def group_size(self, budget: Budget, group: str, now: datetime) -> int:
+        """VMs of `group` heard from within budgets.KNOWN_WITHIN (a percentage budget's base)."""
+        sizes = self._sizes.get(budget.name)
+        if sizes is None:
+            vms = self.known() if self.known is not None else list(self.vms_by_name.values())
+            recent = [vm for vm in vms if vm.last_seen is not None and now - vm.last_seen <= KNOWN_WITHIN]
+            sizes = {g: len(m) for g, m in group_members(budget, recent).items()}
+            self._sizes[budget.name] = sizes
+        return sizes.get(group, 0)
+
+    def busy(self, budget: Budget, group: str, event_id: str, now: datetime) -> Set[str]:
+        """VM ids of `group` impacted by events other than `event_id`."""
+        members = self._budget_map(budget, now).get(group, {})
+        return {vm for vm, events in members.items() if events - {event_id}}
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send approval attempt `attempt` to `leader`: the message's action and expiry."""
+
+    leader: VmState
+    message_action: str  # approve | hook-then-approve
+    expires_at: datetime
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # "none" (nothing new) | "record" (a decision, no message) | "send" (a decision + approval)
+    action: str = (
+        ""  # approve | approve-after-hook | approve-in-window | hold | failover | expired | operator-*
+    )
+    state: str = ""  # the event's state after it (registry.EventRecord.state)
+    rule: str = ""
+    reason: str = ""
+    severity: str = "info"
+    decided_by: str = ""
+    send: Optional[Send] = None
+    timed_out: bool = False  # the outstanding attempt passed its expiry without a result
+    alert: str = ""  # "no-leader": the event owes a critical alert
+    timeout_cause: str = ""  # timed_out: the likely cause, for the approval-timeout alert
+
+
+NOTHING = Verdict("none")
+
+
+def impacting(event: EventRecord, now: datetime) -> bool:
+    """Counts against disruption budgets: Started, an approval outstanding (even if held since) or
+    confirmed, or NotBefore passed (Azure starts it any moment), and not ended."""
+    if event.ended:
+        return False
+    if event.status == "Started" or event.state in IMPACTING_STATES:
+        return True
+    out = event.outstanding  # an approval already sent counts whatever came after (a hold cannot recall it)
+    if out is not None and now < out.expires_at:
+        return True
+    return event.not_before is not None and now >= event.not_before
+
+
+def unapprovable(event: EventRecord, now: datetime) -> str:
+    """Why no approval may be sent for this event ('' when one may)."""
+    if event.ended:
+        return f"it has ended ({event.status})"
+    if event.status != "Scheduled":
+        return f"it is {event.status}, not Scheduled"
+    if event.not_before is not None and now >= event.not_before:
+        return f"its NotBefore ({iso(event.not_before)}) has passed"
+    return ""
+
+
+def decide(
+    event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig
+) -> Verdict:
+    """What the policy does with `event` now. Verdict.kind "none" when there is nothing to decide
+    (ended, Started, waiting for the leader's result, held by an operator, already approved)."""
+    if event.ended or event.status != "Scheduled":
+        return NOTHING
+    if event.not_before is not None and now >= event.not_before:
+        if event.state in ("approved", "expired"):
+            return NOTHING
+        return Verdict(
+            "record",
+            "expired",
+            "expired",
+            "notbefore",
+            f"NotBefore {iso(event.not_before)} passed without a confirmed approval; Azure starts it",
+            "info",
+            "policy:notbefore",
+        )
+    out = event.outstanding
+    timed_out, cause = False, ""
+    if out is not None:
+        if now < out.expires_at:
+            return NOTHING  # waiting for the leader's result
+        timed_out = True
+        if not out.revoked:  # a revoked attempt was taken back by an operator's hold: nothing to explain
+            cause = timeout_cause(out, fleet.vms_by_name.get(out.vm_name), now, fleet.liveness)
+    if event.operator_hold or event.state in ("approved", "approval-failed"):
+        return Verdict("none", timed_out=timed_out, timeout_cause=cause)
+    verdict = _by_policy(event, fleet, policy, now, config, timed_out)
+    return replace(verdict, timeout_cause=cause) if cause else verdict
+
+
+def _by_policy(
+    event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
+) -> Verdict:
+    vms = fleet.vms_of(event)
+    rule = policy.rule_for(event.event_type, event.event_source, event.duration, vms)
+    by = f"policy:{rule.name}"
+    last = event.approvals[-1] if event.approvals else None
+    failover = timed_out or (last is not None and last.result in ("timeout", "post-failed"))
+    if rule.action == "hold":
+        why = ("policy invalid: " + config.policy_error[:500]) if config.policy_error else "policy holds it"
+        return Verdict(
+            "record",
+            "hold",
+            "held",
+            rule.name,
+            why + "; left to NotBefore",
+            rule.severity,
+            by,
+            timed_out=timed_out,
+        )
+    msg_action = "hook-then-approve" if rule.action == "approve-after-hook" else "approve"
+    if rule.action == "approve-in-window":
+        window = policy.windows[rule.window or ""]
+        msg_action = "hook-then-approve" if rule.hook else "approve"
+        wait = window_wait(window, now, event.not_before)
+        if not wait.open_now:  # the reason says so when the window opens only after NotBefore
+            return Verdict(
+                "record",
+                "approve-in-window",
+                "waiting-window",
+                rule.name,
+                wait.reason(),
+                rule.severity,
+                by,
+                timed_out=timed_out,
+            )
+    wait = budget_wait(event, policy.budgets_of(rule), vms, fleet, now)
+    if wait:
+        return Verdict(
+            "record", rule.action, "waiting-budget", rule.name, wait, rule.severity, by, timed_out=timed_out
+        )
+    action = "failover" if failover else rule.action
+    return approval(
+        event,
+        fleet,
+        now,
+        config,
+        msg_action,
+        by,
+        f"rule {rule.name}: {rule.action}",
+        action,
+        rule.severity,
+        timed_out,
+    )
+
+
+def budget_wait(
+    event: EventRecord, budgets: Sequence[Budget], vms: Sequence[VmState], fleet: FleetView, now: datetime
+) -> str:
+    """Why this event must wait for a disruption budget ('' when it may go)."""
+    for b in budgets:
+        mine: Dict[str, Set[str]] = {}
+        for vm in vms:
+            group = b.group_of(vm)
+            if group:
+                mine.setdefault(group, set()).add(vm.vm_id)
+        for group, members in sorted(mine.items()):
+            busy = fleet.busy(b, group, event.event_id, now) - members
+            size = len(members)
+            if b.percent is not None:
+                size = max(fleet.group_size(b, group, now), size)
+            limit = b.limit(size)
+            if len(busy) + len(members) > limit:
+                return BudgetBlock(b.name, group, len(busy), len(members), limit, size).reason()
+    return ""
+
+
+def approval(
+    event: EventRecord,
+    fleet: FleetView,
+    now: datetime,
+    config: DecideConfig,
+    msg_action: str,
+    by: str,
+    why: str,
+    action: str,
+    severity: str,
+    timed_out: bool = False,
+) -> Verdict:
+    """Send the next attempt to the elected leader, or say why none can go."""
+    rule = OPERATOR_RULE if by.startswith("operator:") else by.split(":", 1)[-1]
+    out = event.outstanding
+    leader = elect(
+        event,
+        dict(fleet.vms_by_name),
+        now,
+        config.liveness,
+        {out.vm_id} if timed_out and out is not None else frozenset(),
+    )
+    if leader is None:
+        return Verdict(
+            "record",
+            action,
+            "no-leader",
+            rule,
+            "no live forwarder among Resources "
+            + ", ".join(event.resources[:10])
+            + "; waiting (left to NotBefore if none comes)",
+            "critical",
+            by,
+            timed_out=timed_out,
+            alert="no-leader",
+        )
+    expires = now + config.result_timeout
+    if event.not_before is not None:
+        expires = min(expires, event.not_before)
+    if (expires - now).total_seconds() < 1:
+        return Verdict(
+            "record",
+            action,
+            "expired",
+            rule,
+            "too close to NotBefore to send an approval",
+            "info",
+            by,
+            timed_out=timed_out,
+        )
+    attempt = len(event.approvals) + 1
+    reason = f"{why}; approval {attempt} ({msg_action}) to leader {leader.name}, expires {iso(expires)}"
+    if action == "failover" and event.approvals:
+        prev = event.approvals[-1]
+        reason = f"leader {prev.vm_name} gave no result ({prev.result or 'timeout'}); " + reason
+    return Verdict(
+        "send",
+        action,
+        "approving",
+        rule,
+        reason,
+        severity,
+        by,
+        Send(leader, msg_action, expires, attempt),
+        timed_out=timed_out,
+    )
+
+
+def is_new(event: EventRecord, verdict: Verdict) -> bool:
+    """A verdict is a new decision unless it repeats the event's last one (the timer re-evaluates
+    every few minutes; an unchanged verdict is not a new decision)."""
+    if verdict.kind == "send":
+        return True
+    if verdict.kind == "none":
+        return False
+    return not (event.state == verdict.state and event.decision.get("reason") == verdict.reason)
+
+
+def shadow_record(event: EventRecord, verdict: Verdict, now: datetime) -> Optional[dict]:
+    """A shadow policy's verdict as the event records it (never acted on); None when it says nothing new
+    (nothing to decide, or the same as the shadow's last verdict)."""
+    if verdict.kind == "none":
+        return None
+    if event.shadow.get("state") == verdict.state and event.shadow.get("reason") == verdict.reason:
+        return None
+    send = verdict.send
+    return {
+        "action": verdict.action,
+        "state": verdict.state,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "severity": verdict.severity,
+        "decidedBy": "shadow:" + verdict.decided_by.split(":", 1)[-1],
+        "at": iso(now),
+        "wouldSend": send.message_action if send else None,
+        "leaderVmName": send.leader.name if send else None,
+        "expiresAt": iso(send.expires_at) if send else None,
+    }
+
+
+def record(event: EventRecord, verdict: Verdict, now: datetime, message_id: Optional[str] = None) -> dict:
+    """Apply a decision to the event record (state, decision, sequence) and return the decision."""
+    leader = verdict.send.leader if verdict.send else None
+    event.state = verdict.state
+    event.decision_seq += 1
+    event.decision = {
+        "action": verdict.action,
+        "state": verdict.state,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "severity": verdict.severity,
+        "decidedBy": verdict.decided_by,
+        "at": iso(now),
+        "leaderVmId": leader.vm_id if leader else None,
+        "leaderVmName": leader.name if leader else None,
+        "messageId": message_id,
+        "expiresAt": iso(verdict.send.expires_at) if verdict.send else None,
+    }
+    return event.decision
+
+
+__all__ = [
+    "DecideConfig",
+    "FleetView",
+    "Send",
+    "Verdict",
+    "decide",
+    "impacting",
+    "is_new",
+    "record",
+    "shadow_record",
+    "unapprovable",
+]

@@ -1,0 +1,36 @@
+"""Runtime: central as it runs in the Function app, the only package with side effects on Azure.
+
+It wires the stages for each call: intake (parse, authenticate, authorize, plan) -> commit to the
+store -> the pure policy decides -> act (approval messages to the VMs' queues, alerts to the webhook)
+-> log rows flushed; plus the operator's reads (views) and decisions (operator_desk), and the app
+settings. `service.CentralService` is the one object that wires them.
+
+May import: central.model, central.policy, central.store, central.intake, central.telemetry, schemas.
+Must never be imported by: model, policy, store, intake, telemetry or cli (tools/import_layers.py).
+
+Public face, the only names function_app.py uses (imported on first use, so indexing the app stays
+cheap): `CentralService`, `configure_metrics` (Application Insights) and `properties_of` (the Event
+Hubs application properties that sender authentication reads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CentralService", "configure_metrics", "properties_of"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CentralService":
+        from .service import CentralService
+
+        return CentralService
+    if name == "configure_metrics":
+        from central.telemetry.metrics import configure
+
+        return configure
+    if name == "properties_of":
+        from central.intake.sender import properties_of
+
+        return properties_of
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,357 @@
+"""Acting on committed decisions: approval messages to the VMs' queues and alerts to the webhook.
+
+Both are idempotent and crash-safe, because what to do is in the State table before it is done:
+- an approval attempt is committed unsent (with its message), sent, then marked sent; an attempt
+  still unsent CLAIM_SEND_GRACE after its commit (its instance died between commit and send) is sent
+  by any instance's timer: the very message, same messageId (a VM approves an event at most once);
+  a send that fails removes the attempt again so the next evaluation retries it;
+- an alert is owed (in its event's row, or its own row) from the commit that caused it until it is
+  delivered or given up: at least once, with a stable idempotency key, surviving restarts. Only the
+  committing instance tries at once; others wait for the lease (`nextTry`) before they try.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from azure.core.exceptions import AzureError
+
+from central.model.alert import ALERT_LEASE, Alert, Delivery
+from central.model.events import SEND_LEASE, SEND_MARGIN, EventRecord
+from central.model.times import iso
+from central.store import log_rows as logrows
+from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
+from central.store.tables import Conflict, StoreError, TableLog
+from central.telemetry import metrics
+
+from .approval_queue import ApprovalSender
+from .evaluator import ToSend
+from .results import BatchResult
+from .webhook import WebhookAlerter
+
+log = logging.getLogger("central.act")  # stable: docs and queries select on it
+
+CLAIM_SEND_GRACE = int(SEND_LEASE.total_seconds())  # an unsent attempt's instance has this long to send it
+ALERT_ROUNDS = 5  # delivery rounds of a non-critical alert (the first call + timer retries), then given up
+RETRY_CAP = timedelta(hours=1)  # a critical alert is never given up: retried with backoff up to this
+
+
+def given_up(alert: Alert, rounds_limit: int = ALERT_ROUNDS) -> bool:
+    """A critical alert is retried until delivered, however long the webhook is down; others stop."""
+    return alert.severity != "critical" and alert.rounds >= rounds_limit
+
+
+def next_try(alert: Alert, now: datetime) -> datetime:
+    """The next timer run for the first rounds, then exponential backoff (critical alerts only)."""
+    if alert.rounds < ALERT_ROUNDS:
+        return now
+    return now + min(RETRY_CAP, timedelta(seconds=60 * 2 ** min(alert.rounds - ALERT_ROUNDS, 10)))
+MAX_TRIES = 8
+
+
+class Actor:
+    def __init__(
+        self, state: FleetState, logs: TableLog, sender: ApprovalSender, alerter: WebhookAlerter
+    ) -> None:
+        self.state = state
+        self.logs = logs
+        self.sender = sender
+        self.alerter = alerter
+
+    # ---- approvals ------------------------------------------------------------------------------
+    def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
+        """Send each committed attempt while its send lease holds, then mark them sent in one commit (a
+        send the queue refuses removes its attempt: the next evaluation tries again). The lease is
+        checked against the time elapsed since the call began: a slow queue cannot stretch it."""
+        done: Dict[str, int] = {}
+        failed: Dict[str, int] = {}
+        started = time.monotonic()
+        for item in todo:
+            rec = self._active(item.event_id)
+            attempt = rec.approvals[item.attempt - 1] if rec and len(rec.approvals) >= item.attempt else None
+            if attempt is None:
+                continue
+            at = now + timedelta(seconds=time.monotonic() - started)
+            if not attempt.may_send(at):
+                if not attempt.sent and attempt.result is None:
+                    log.warning("approval %d of %s: its send lease lapsed before the send; the timer "
+                                "takes it over", item.attempt, item.event_id)
+                continue
+            try:
+                self.sender.send(attempt.message, now, attempt.expires_at)
+            except AzureError as exc:
+                result.errors.append(f"approval for {item.event_id} not sent: {exc}"[:500])
+                log.error("approval for %s to %s not sent: %s", item.event_id, attempt.vm_name, exc)
+                failed[item.event_id] = item.attempt
+                continue
+            result.approvals_sent += 1
+            done[item.event_id] = item.attempt
+            metrics.approval_sent(event_id=item.event_id, event_type=rec.event_type if rec else "",
+                                  vm_id=attempt.vm_id, first_seen=rec.first_seen if rec else None,
+                                  sent_at=now)
+        if done or failed:
+            self._update_many(
+                [*done, *failed],
+                now,
+                lambda r: (
+                    _mark_sent(r, done[r.event_id]) if r.event_id in done else _unsend(r, failed[r.event_id])
+                ),
+            )
+
+    def resend_stale(self, now: datetime, result: BatchResult) -> None:
+        """Attempts committed but never sent whose send lease lapsed (their instance died, or was too
+        slow): take a new lease (If-Match: one instance wins; a hold committed first revokes the attempt
+        instead), then send the very message and mark it sent."""
+        for rec, _ in list(self.state.active.values()):
+            out = rec.outstanding
+            if out is None or out.sent or out.message is None or not out.revocable(now):
+                continue  # nothing to send, or a live lease: its holder is sending it
+            if rec.operator_hold:  # held since its commit: nobody sends it any more
+                self._update(rec.event_id, now, lambda r, n=out.attempt: _revoke(r, n, now))
+                continue
+            if out.expires_at <= now + SEND_MARGIN:
+                continue  # too late to matter: it times out and the next evaluation fails over
+            if not self._update(rec.event_id, now, lambda r, n=out.attempt: _take_lease(r, n, now)):
+                continue  # revoked, sent or leased meanwhile
+            self.send_approvals([ToSend(rec.event_id, out.attempt)], now, result)
+            log.warning("approval %d of %s was committed but not sent by its instance (a crash?); "
+                        "re-sent under a new lease", out.attempt, rec.event_id)
+
+    # ---- alerts ---------------------------------------------------------------------------------
+    def deliver(
+        self,
+        now: datetime,
+        result: BatchResult,
+        mine: Optional[List[str]] = None,
+        extra: Optional[List[Tuple[Alert, Optional[str]]]] = None,
+    ) -> None:
+        """Deliver alerts owed: `mine` (keys this call committed: tried at once), else every alert due
+        (the timer: leased first, in one commit, so two instances do not both try). The Alerts log rows
+        are written before the alerts stop being owed: a crash in between repeats a POST (same key),
+        never loses a row or an alert."""
+        self.alerter.new_batch()
+        owing: Dict[str, List[str]] = {}
+        for rec, _ in self.state.active.values():
+            keys = [
+                a["key"]
+                for a in rec.pending_alerts
+                if (mine is not None and a["key"] in mine) or (mine is None and _due(a, now))
+            ]
+            if keys:
+                owing[rec.event_id] = keys
+        if mine is None and owing:
+            leased = self._update_many(list(owing), now, lambda r: _lease(r, owing[r.event_id], now))
+            owing = {k: v for k, v in owing.items() if k in leased}
+        outcomes: Dict[str, Dict[str, Tuple[Delivery, Alert]]] = {}
+        for event_id, keys in owing.items():
+            rec = self._active(event_id)
+            for raw in rec.pending_alerts if rec else []:
+                if raw["key"] in keys:
+                    alert = build(rec, Alert.from_json(raw))  # type: ignore[arg-type]
+                    outcomes.setdefault(event_id, {})[raw["key"]] = (self._post(alert, result), alert)
+        rows_done = [(alert, etag, self._post(alert, result)) for alert, etag in extra or []]
+        for found in outcomes.values():
+            for delivery, alert in found.values():
+                self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
+        for alert, _, delivery in rows_done:
+            self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
+        if outcomes or rows_done:
+            self.logs.flush()
+        if outcomes:
+            self._update_many(list(outcomes), now, lambda r: self._settle_event(r, outcomes[r.event_id], now))
+        for alert, etag, delivery in rows_done:
+            self._settle_row(alert, etag, delivery, now)
+
+    def due_rows(self, now: datetime) -> List[Tuple[Alert, Optional[str]]]:
+        """Alerts owed by no event and due: leased (If-Match) so one instance tries each."""
+        out: List[Tuple[Alert, Optional[str]]] = []
+        for alert, etag in self.state.due_alert_rows(now):
+            alert.next_try = now + ALERT_LEASE
+            try:
+                etags = self.state.store.transact("State", [_row_op(alert, etag)])
+            except Conflict:
+                continue  # another instance leased it
+            out.append((alert, etags[0]))
+        return out
+
+    def _events_owing(self, now: datetime, mine: Optional[List[str]]) -> List[str]:
+        out = []
+        for rec, _ in self.state.active.values():
+            for a in rec.pending_alerts:
+                if (mine is not None and a["key"] in mine) or (mine is None and _due(a, now)):
+                    out.append(rec.event_id)
+                    break
+        return out
+
+    def _post(self, alert: Alert, result: BatchResult) -> Delivery:
+        alert.rounds += 1
+        delivery = self.alerter.send(alert)
+        metrics.alert(alert.kind, delivery.sent)
+        if delivery.sent:
+            result.alerts_sent += 1
+        else:
+            result.alerts_failed += 1
+        return delivery
+
+    def _settle_event(
+        self, rec: EventRecord, outcomes: Dict[str, Tuple[Delivery, Alert]], now: datetime
+    ) -> bool:
+        kept = []
+        for raw in rec.pending_alerts:
+            found = outcomes.get(raw["key"])
+            if found is None:
+                kept.append(raw)
+                continue
+            delivery, alert = found
+            done = delivery.sent or not self.alerter.url or given_up(alert)
+            if not done:
+                alert.next_try, alert.error = next_try(alert, now), delivery.error  # a timer run retries it
+                kept.append(alert.to_json())
+        rec.pending_alerts = kept
+        return True
+
+    def _settle_row(self, alert: Alert, etag: Optional[str], delivery: Delivery, now: datetime) -> None:
+        done = delivery.sent or not self.alerter.url or given_up(alert)
+        if done:
+            if etag:
+                self.state.forget_alert_row(alert, etag)
+            return
+        alert.next_try, alert.error = next_try(alert, now), delivery.error
+        try:
+            self.state.store.transact("State", [_row_op(alert, etag)])
+        except Conflict:
+            pass
+
+    # ---- one event's read-modify-write under the head ------------------------------------------
+    def _active(self, event_id: str) -> Optional[EventRecord]:
+        found = self.state.active.get(event_id)
+        return found[0] if found else None
+
+    def _update(self, event_id: str, now: datetime, change: Callable[[EventRecord], bool]) -> bool:
+        """Apply `change` to the current event and commit (re-reading after a lost race). False when
+        the change did not apply (the event is gone, or `change` said no)."""
+        return event_id in self._update_many([event_id], now, change)
+
+    def _update_many(
+        self, event_ids: List[str], now: datetime, change: Callable[[EventRecord], bool]
+    ) -> Set[str]:
+        """`change` applied to each current event, committed together (EVENTS_PER_COMMIT per transaction);
+        re-read and re-applied after a lost race (every change here is idempotent)."""
+        for _ in range(MAX_TRIES):
+            changes: Dict[str, EventRecord] = {}
+            for event_id in event_ids:
+                rec = self._active(event_id)
+                if rec is None:
+                    continue
+                mine = copy.deepcopy(rec)
+                if change(mine) is not False:
+                    changes[event_id] = mine
+            items = list(changes.items())
+            try:
+                for i in range(0, len(items), EVENTS_PER_COMMIT):
+                    self.state.commit(Changes(events=dict(items[i : i + EVENTS_PER_COMMIT])), now)
+                return set(changes)
+            except Conflict as exc:  # the state re-read the rows: apply the change again
+                log.info("acting lost a race (%s): applying again on the re-read rows", exc)
+        raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
+
+
+def _row_op(alert: Alert, etag: Optional[str]):  # type: ignore[no-untyped-def]
+    from central.store import state_rows as rows
+    from central.store.tables import Op
+
+    return Op("replace", rows.alert_row(alert), etag) if etag else Op("upsert", rows.alert_row(alert))
+
+
+def _due(raw: dict, now: datetime) -> bool:
+    from central.model.times import parse
+
+    nxt = parse(raw.get("nextTry"))
+    return nxt is None or nxt <= now
+
+
+def _lease(rec: EventRecord, keys: List[str], now: datetime) -> bool:
+    leased = False
+    for raw in rec.pending_alerts:
+        if raw["key"] in keys and _due(raw, now):
+            raw["nextTry"] = iso(now + ALERT_LEASE)
+            leased = True
+    return leased
+
+
+def _mark_sent(rec: EventRecord, attempt: int) -> bool:
+    if len(rec.approvals) < attempt or rec.approvals[attempt - 1].sent:
+        return False
+    if rec.approvals[attempt - 1].revoked:  # only if instance clocks disagree by more than SEND_MARGIN
+        log.error("approval %d of %s was sent after a hold revoked it (instance clocks out of step?)",
+                  attempt, rec.event_id)
+    rec.approvals[attempt - 1].sent = True
+    rec.approvals[attempt - 1].message = None
+    return True
+
+
+def _take_lease(rec: EventRecord, attempt: int, now: datetime) -> bool:
+    """This instance will send attempt `attempt`: only if it is still the unsent, unrevoked, unleased
+    outstanding attempt."""
+    out = rec.outstanding
+    if out is None or out.attempt != attempt or not out.revocable(now) or out.message is None:
+        return False
+    out.lease_until = now + SEND_LEASE
+    return True
+
+
+def _revoke(rec: EventRecord, attempt: int, now: datetime) -> bool:
+    """Take back an attempt nobody holds a lease to send (the event was held since)."""
+    out = rec.outstanding
+    if out is None or out.attempt != attempt or not out.revocable(now):
+        return False
+    out.revoked, out.message = True, None
+    return True
+
+
+def _unsend(rec: EventRecord, attempt: int) -> bool:
+    """The queue refused the message: the attempt never happened; the next evaluation tries again."""
+    if len(rec.approvals) != attempt or rec.approvals[-1].sent:
+        return False
+    rec.approvals.pop()
+    rec.state = "new"
+    rec.decision = dict(rec.decision, reason=f"approval {attempt} could not be sent; retried by the timer")
+    return True
+
+
+def build(rec: EventRecord, alert: Alert) -> Alert:
+    """An event's alert as delivered: the event's current facts and decision."""
+    last = rec.approvals[-1] if rec.approvals else None
+    own = dict(alert.facts or {})  # what the alert itself carries (an operator's decision) stays
+    alert.facts = {
+        "eventId": rec.event_id,
+        "eventType": rec.event_type,
+        "eventSource": rec.event_source,
+        "status": rec.status,
+        "resources": ", ".join(rec.resources[:20]),
+        "notBefore": iso(rec.not_before) if rec.not_before else "",
+        "durationInSeconds": rec.duration,
+        "decision": rec.decision.get("action", ""),
+        "state": rec.state,
+        "reason": rec.decision.get("reason", ""),
+        "leader": last.vm_name if last else "",
+        "reportedBy": len(rec.reported_by),
+        **own,
+    }
+    if alert.kind == "event-status":
+        status = alert.status or rec.status
+        alert.severity = (
+            "info" if status in ("Completed", "Cancelled") else (rec.decision.get("severity") or "warning")
+        )
+        more = f" (+{len(rec.resources) - 5})" if len(rec.resources) > 5 else ""
+        alert.title = f"{rec.event_type} {status}: {', '.join(rec.resources[:5])}{more}"
+        nb = f", NotBefore {iso(rec.not_before)}" if rec.not_before and status == "Scheduled" else ""
+        alert.text = (
+            f"Event {rec.event_id} ({rec.event_source}) is {status}{nb}. "
+            f"Decision: {rec.decision.get('action', 'none')} - {rec.decision.get('reason', '')}"
+        )
+    return alert

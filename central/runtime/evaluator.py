@@ -1,0 +1,306 @@
+"""Deciding, committed: run the pure `decide` over events and commit what it says under the store's
+concurrency control. A pass reads the head-validated fleet state, decides each event in order of
+first sight (later events see earlier approvals in the budget counts), and commits every new decision
+with the head's If-Match: if any event changed meanwhile the whole pass is re-read and decided again,
+so two instances racing on one event end with exactly one outcome. Approval attempts are committed
+(unsent) before anything is sent: the commit is what makes attempt N this instance's to send.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+
+from central.intake.alerts import owe_status_alert
+from central.model.alert import ALERT_LEASE, Alert
+from central.model.events import SEND_LEASE, Approval, EventRecord
+from central.model.vms import VmState
+from central.policy.decide import (
+    DecideConfig,
+    FleetView,
+    Verdict,
+    decide,
+    impacting,
+    is_new,
+    record,
+    shadow_record,
+)
+from central.policy.document import Policy
+from central.store import log_rows as logrows
+from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
+from central.store.tables import Conflict, StoreError, TableLog
+from central.telemetry import metrics
+
+from .approval_queue import build_message, queue_name
+from .results import BatchResult, Decision
+
+log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
+
+MAX_TRIES = 8
+
+
+class LazyVms(Mapping):
+    """The VMs by name, read from the store the first time a decision looks (a pass that decides
+    nothing needing VMs reads none)."""
+
+    def __init__(
+        self, names: Callable[[], Set[str]], read: Callable[[Iterable[str]], Dict[str, VmState]]
+    ) -> None:
+        self._names = names
+        self._read = read
+        self._vms: Optional[Dict[str, VmState]] = None
+
+    def _load(self) -> Dict[str, VmState]:
+        if self._vms is None:
+            self._vms = self._read(self._names())
+        return self._vms
+
+    def __getitem__(self, name: str) -> VmState:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+@dataclass
+class ToSend:
+    event_id: str
+    attempt: int
+
+
+class Evaluator:
+    def __init__(self, state: FleetState, logs: TableLog, policy: Policy, config: DecideConfig) -> None:
+        self.state = state
+        self.logs = logs
+        self.policy = policy
+        self.config = config
+        self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
+        self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
+
+    def view(self, now: datetime, candidates: List[EventRecord]) -> FleetView:
+        open_events = [rec for rec, _ in self.state.active.values() if not rec.ended]
+
+        def names() -> Set[str]:
+            wanted: Set[str] = set()
+            for rec in candidates:
+                wanted.update(rec.resources)
+            for rec in open_events:
+                if impacting(rec, now):
+                    wanted.update(rec.resources)
+            return wanted
+
+        known = self.state.all_vms if self.policy.needs_group_sizes else None
+        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness, known)
+
+    def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
+        """Decide the given events (None: every active event) and commit. Returns the attempts this
+        instance now owns and must send."""
+        wanted = None if event_ids is None else set(event_ids)
+        for _ in range(MAX_TRIES):
+            candidates = sorted(
+                (
+                    rec
+                    for rec, _ in self.state.active.values()
+                    if not rec.ended and (wanted is None or rec.event_id in wanted)
+                ),
+                key=lambda r: (r.first_seen, r.event_id),
+            )
+            if not candidates:
+                return []
+            fleet = self.view(now, candidates)
+            shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known)
+                            if self.shadow is not None else None)  # same facts, its own budget counts
+            changed: List[Tuple[EventRecord, Optional[dict]]] = []
+            shadows: Dict[str, dict] = {}
+            sends: List[ToSend] = []
+            owed: Set[str] = set()
+            for rec in candidates:
+                mine = copy.deepcopy(rec)
+                stale = mine.stale_reason(now)
+                if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
+                    changed.append((mine, end_stale(mine, stale, now, owed)))
+                    continue
+                verdict = decide(mine, fleet, self.policy, now, self.config)
+                shadow = self._shadow(mine, shadow_fleet, now) if shadow_fleet is not None else None
+                decision = apply(mine, verdict, now, owed)
+                if shadow is not None:
+                    shadows[mine.event_id] = shadow
+                if decision is not None or verdict.timed_out or shadow is not None:
+                    changed.append((mine, decision))
+                if verdict.kind == "send" and decision is not None:
+                    fleet.mark_impacting(mine, now)
+                    sends.append(ToSend(mine.event_id, len(mine.approvals)))
+            try:
+                self._commit(changed, now)
+            except Conflict as exc:
+                result.conflicts += 1
+                log.info("deciding lost a race (%s): deciding again on the re-read rows", exc)
+                continue
+            self.owed |= owed
+            for rec, _ in changed:
+                if rec.event_id in shadows:
+                    self.logs.stage("Decisions", logrows.shadow_entity(
+                        rec.event_id, rec.event_type, rec.shadow_seq, shadows[rec.event_id], now))
+            for rec, decision in changed:
+                if decision is not None:
+                    self.logs.stage(
+                        "Decisions",
+                        logrows.decision_entity(
+                            rec.event_id, rec.event_type, rec.decision_seq, decision, now
+                        ),
+                    )
+                    result.decisions.append(to_result(rec.event_id, decision, now))
+                    _measure(rec, decision)
+            return sends
+        raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
+
+    def _shadow(self, rec: EventRecord, fleet: FleetView, now: datetime) -> Optional[dict]:
+        """The shadow policy's verdict on `rec` (decided on the same facts, before the live one applies)."""
+        verdict = decide(rec, fleet, self.shadow, now, self.config)  # type: ignore[arg-type]
+        if verdict.kind == "send":
+            fleet.mark_impacting(rec, now)  # later events see it in the shadow's budgets
+        summary = shadow_record(rec, verdict, now)
+        if summary is not None:
+            rec.shadow, rec.shadow_seq = summary, rec.shadow_seq + 1
+        return summary
+
+    def _commit(self, changed: List[Tuple[EventRecord, Optional[dict]]], now: datetime) -> None:
+        for i in range(0, len(changed), EVENTS_PER_COMMIT):
+            chunk = changed[i : i + EVENTS_PER_COMMIT]
+            self.state.commit(Changes(events={rec.event_id: rec for rec, _ in chunk}), now)
+
+
+def apply(
+    rec: EventRecord, verdict: Verdict, now: datetime, owed: Optional[Set[str]] = None
+) -> Optional[dict]:
+    """Apply a verdict to a working copy: the decision taken (None when nothing new). Keys of the
+    alerts it makes the event owe are added to `owed`."""
+    out = rec.outstanding  # a property: None as soon as its result is set
+    if verdict.timed_out and out is not None:
+        out.result, out.result_at = "timeout", now
+        if verdict.timeout_cause:
+            _owe_timeout_alert(rec, out, verdict.timeout_cause, now, owed)
+    if not is_new(rec, verdict):
+        return None
+    message_id = None
+    if verdict.kind == "send" and verdict.send is not None:
+        send = verdict.send
+        leader = send.leader
+        incarnation = leader.incarnation if leader.incarnation is not None else -1
+        message = build_message(
+            rec.event_id,
+            leader.vm_id,
+            leader.name,
+            send.message_action,
+            verdict.decided_by,
+            verdict.reason,
+            incarnation,
+            now,
+            send.expires_at,
+        )
+        message_id = message["messageId"]
+        rec.approvals.append(
+            Approval(
+                send.attempt,
+                message_id,
+                leader.vm_id,
+                leader.name,
+                queue_name(leader.vm_id),
+                send.message_action,
+                verdict.decided_by,
+                now,
+                send.expires_at,
+                sent=False,
+                message=message,
+                lease_until=now + SEND_LEASE,
+            )
+        )
+    decision = record(rec, verdict, now, message_id)
+    if verdict.action == "operator-release":
+        rec.operator_hold = False
+    if verdict.decided_by.startswith("operator:") and verdict.action == "operator-hold":
+        rec.operator_hold = True
+        if out is not None and out.revocable(now):  # committed, never enqueued, its sender gone
+            out.revoked, out.message = True, None
+    if verdict.alert == "no-leader":
+        if owed is not None:
+            owed.add(f"{rec.event_id}:no-leader")
+        owe(
+            rec,
+            Alert(
+                f"{rec.event_id}:no-leader",
+                "no-leader",
+                "critical",
+                f"{rec.event_type} {rec.event_id}: no live VM can approve it",
+                "No VM in Resources has a live forwarder; the event starts at NotBefore.",
+                now,
+                rec.event_id,
+                rec.status,
+                next_try=now + ALERT_LEASE,
+            ),
+        )
+    return decision
+
+
+def _measure(rec: EventRecord, decision: dict) -> None:
+    """A committed decision's metrics (and its se.decision log line)."""
+    metrics.decision(decision["action"], decision["rule"], event_id=rec.event_id, event_type=rec.event_type,
+                     state=decision["state"])
+    if decision["action"] == "failover" and len(rec.approvals) >= 2:
+        metrics.approval_failed_over(event_id=rec.event_id, event_type=rec.event_type,
+                                     from_vm_id=rec.approvals[-2].vm_id)
+
+
+def end_stale(rec: EventRecord, why: str, now: datetime, owed: Set[str]) -> dict:
+    """End an event no VM can still really be in; the decision says why and its status alert is owed."""
+    rec.end_stale(now)
+    decision = record(rec, Verdict("record", "ended-stale", "ended", "stale", why + "; ended by central",
+                                   "warning", "central:stale"), now)
+    owed.add(owe_status_alert(rec, now))
+    return decision
+
+
+def _owe_timeout_alert(rec: EventRecord, attempt: Approval, cause: str, now: datetime,
+                       owed: Optional[Set[str]]) -> None:
+    """An approval that expired unanswered is worth a person's look: central fails over, but the cause
+    (a stopped forwarder, a queue the VM cannot read) usually hits the next event too."""
+    key = f"{rec.event_id}:approval-timeout:{attempt.attempt}"
+    if owed is not None:
+        owed.add(key)
+    owe(rec, Alert(key, "approval-timeout", "warning",
+                   f"{rec.event_type} {rec.event_id}: approval to {attempt.vm_name} expired unanswered",
+                   f"Attempt {attempt.attempt} ({attempt.action}, sent {attempt.sent_at.isoformat()}) got no "
+                   f"result by {attempt.expires_at.isoformat()}. Likely cause: {cause}. Central tries "
+                   "another VM of the event, or this one again, until NotBefore.",
+                   now, rec.event_id, rec.status, next_try=now + ALERT_LEASE))
+
+
+def owe(rec: EventRecord, alert: Alert) -> None:
+    if not any(a.get("key") == alert.key for a in rec.pending_alerts):
+        rec.pending_alerts.append(alert.to_json())
+
+
+def to_result(event_id: str, d: dict, now: datetime) -> Decision:
+    from central.model.times import parse
+
+    return Decision(
+        event_id,
+        d["action"],
+        d["state"],
+        d["rule"],
+        d["reason"],
+        d["severity"],
+        d["decidedBy"],
+        now,
+        d.get("leaderVmId"),
+        d.get("leaderVmName"),
+        d.get("messageId"),
+        parse(d.get("expiresAt")) if d.get("expiresAt") else None,
+    )

@@ -1,0 +1,190 @@
+"""Ingest: envelopes -> state changes in the store (the State table), plus their log rows.
+
+One-way: parse and check every body (schema, store limits, the sender gate), then plan the changes
+on copies of the cached rows and commit them under the store's concurrency control. Planning is
+redone from re-read rows whenever a commit loses a race, so the cache can never make a change wrong.
+Envelopes are committed in segments of at most ~95 operations (one transaction each, all or nothing);
+an envelope whose rows the store refuses is set aside and quarantined, never retried forever.
+
+Liveness and ordering use central's clock: the time the hub enqueued the envelope (or, without one,
+when central received it), never the VM's own `time`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any, Callable, List, Mapping, Optional, Set, Union
+
+from central.intake import bounds as limits
+from central.intake import parse as env_mod
+from central.intake.plan import UNBOUND, Item, Plan, Planner, bad_from
+from central.model.alert import Alert
+from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
+from central.store.fleet_state import FleetState
+from central.store.tables import Conflict, Rejected, StoreError, TableLog
+
+from .results import BatchResult
+
+log = logging.getLogger("central.ingest")  # stable: docs and queries select on it
+
+SEGMENT_OPS = 100  # operations per State transaction (the service's limit)
+MAX_TRIES = 8  # plans per segment before a lost race counts as a (transient) store error
+RAISED_LIMIT = 10_000
+
+# The sender check (central.intake.sender.SenderAuth.check): called with each schema-valid envelope's claimed
+# vmId, its raw body, its Event Hubs application properties and central's receive time before anything
+# is applied; returns "" to accept or the reason to quarantine it.
+Gate = Callable[[str, Union[bytes, str], Optional[Mapping[Any, Any]], datetime], str]
+
+
+def accept_all(vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
+               received: datetime) -> str:
+    return ""
+
+
+def parse(
+    body: Union[bytes, str], received: datetime, gate: Gate, properties: Optional[Mapping[Any, Any]] = None
+) -> Item:
+    """A body -> Envelope, or BadEnvelope (schema, store limits, or the sender check refused it)."""
+    item = env_mod.parse_body(body)
+    if isinstance(item, Envelope):
+        problems = limits.envelope_problems(item.type, item.data)
+        problems += [
+            {"path": "/", "message": m} for m in (limits.text_problem(env_mod._text(body), item.raw),) if m
+        ]
+        reason = "" if problems else gate(item.vm_id, body, properties, received)
+        if reason:
+            problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
+        if problems:
+            item = bad_from(body, problems, item)
+    return Item(item, received)
+
+
+class Ingest:
+    def __init__(self, state: FleetState, logs: TableLog) -> None:
+        self.state = state
+        self.logs = logs
+        # alert keys of envelope-level alerts raised lately: a replayed bad body is not alerted again
+        # (a cache: suppressing a repeat of an alert already owed or delivered loses nothing)
+        self.raised: OrderedDict[str, None] = OrderedDict()
+        self.owed: Set[str] = set()  # event alert keys committed by this call (delivered at once)
+        self.rows_owed: List[Alert] = []  # alerts owed by no event committed by this call
+        self.planner = Planner(state, self.raised)
+
+    # ---- segments and the commit loop ---------------------------------------------------------
+    def apply(self, items: List[Item], now: datetime, result: BatchResult) -> Set[str]:
+        """Commit every item; returns the events to decide about. Raises StoreError only for storage
+        failures (nothing of the failed segment was written: the batch can be retried whole)."""
+        touched: Set[str] = set()
+        segment: List[Item] = []
+        vms: Set[str] = set()
+        ops = 0
+        for item in items:
+            cost = self._cost(item, set(vms))
+            if segment and ops + cost > SEGMENT_OPS:
+                touched |= self._commit_segment(segment, now, result)
+                segment, ops, vms = [], 0, set()
+                cost = self._cost(item, set())
+            segment.append(item)
+            if isinstance(item.parsed, Envelope):
+                vms.add(item.parsed.vm_id)
+            ops += cost
+        if segment:
+            touched |= self._commit_segment(segment, now, result)
+        return touched
+
+    def _cost(self, item: Item, vms: Set[str]) -> int:
+        """An upper bound of the operations `item` adds to a segment whose VMs are `vms` (the head
+        counted once per envelope that may change events)."""
+        env = item.parsed
+        if isinstance(env, BadEnvelope):
+            return 1  # its alert row
+        row = 0 if env.vm_id in vms else 1
+        vms.add(env.vm_id)
+        vm = self.state.vm(env.vm_id)
+        if env.type == HEARTBEAT:  # (and its outbox-drop alert, when the counter went up)
+            dropped = (env.data.get("outbox") or {}).get("dropped", 0)
+            return row + (1 if vm is None or dropped > vm.outbox_dropped else 0)
+        if env.type == QUARANTINED:
+            return row + 1
+        if env.type == APPROVAL_RESULT:
+            return row + 3  # the event (may move o: -> x:) and the head
+        listed = len(vm.listed) if vm else 0
+        events = len((env.data.get("document") or {}).get("Events") or [])
+        return row + (2 * (events + listed) + 1 if events + listed else 0)
+
+    def _commit_segment(self, segment: List[Item], now: datetime, result: BatchResult) -> Set[str]:
+        for _ in range(MAX_TRIES):
+            self._prepare(segment)
+            plan = self.planner.plan(segment, now)
+            try:
+                seq = self.state.commit(plan.changes, now)
+            except Conflict as exc:
+                result.conflicts += 1
+                log.info("ingest lost a race (%s): planning again on the re-read rows", exc)
+                continue
+            except Rejected as exc:
+                if len(segment) > 1:  # find the envelope the store refuses: one at a time
+                    touched: Set[str] = set()
+                    for item in segment:
+                        touched |= self._commit_segment([item], now, result)
+                    return touched
+                return self._set_aside(segment[0], str(exc), now, result)
+            result.transactions += 1 if not plan.changes.empty() else 0
+            self._after(plan, seq, now, result)
+            return plan.touched
+        raise StoreError(f"ingest: still losing races after {MAX_TRIES} re-reads (contention)")
+
+    def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:
+        """The store refuses this envelope's rows: quarantine it (kept whole, alerted) and go on."""
+        body = item.parsed.raw if isinstance(item.parsed, Envelope) else None
+        text = json.dumps(body) if body is not None else getattr(item.parsed, "text", "")
+        bad = bad_from(
+            text,
+            [{"path": "/", "message": f"the log store refused its rows: {why}"[:300]}],
+            item.parsed if isinstance(item.parsed, Envelope) else None,
+        )
+        log.error("envelope set aside: the store refuses its rows: %s", why)
+        return self._commit_segment([Item(bad, item.received)], now, result)
+
+    def _prepare(self, segment: List[Item]) -> None:
+        """Read what planning needs and the cache lacks: unknown VMs; events when any may change."""
+        envs = [i.parsed for i in segment if isinstance(i.parsed, Envelope)]
+        self.state.load_vms([e.vm_id for e in envs if self.state.vm(e.vm_id) is None])
+        unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
+        if unbound:  # a VM seen for the first time (or one that lost its name): who holds its name?
+            self.state.load_names(unbound)
+            holders = [self.state.bound_vm(n) for n in unbound]
+            self.state.load_vms([h for h in holders if h and self.state.vm(h) is None])
+        if any(
+            isinstance(i.parsed, Envelope) and i.parsed.type in (INCARNATION, APPROVAL_RESULT)
+            for i in segment
+        ):
+            self.state.ensure_loaded()
+        self.state.forget_absent()
+        reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
+                    for event in (e.data.get("document") or {}).get("Events") or []
+                    if isinstance(event, dict)]
+        if reported:  # the ended rows of events not active, in a few queries instead of a read each
+            self.state.prefetch_ended(reported)
+
+    def _after(self, plan: Plan, seq: int, now: datetime, result: BatchResult) -> None:
+        self.owed |= plan.owed
+        self.rows_owed += plan.changes.alerts
+        for alert in plan.changes.alerts:
+            self.raised[alert.key] = None
+            while len(self.raised) > RAISED_LIMIT:
+                self.raised.popitem(last=False)
+        for table, entity in plan.log_rows:
+            self.logs.stage(table, entity)
+        for level, fmt, args in plan.markers:
+            log.log(level, fmt, *args)
+        for record in plan.metrics:  # recorded once the commit made them true (a replan never counts twice)
+            record()
+        for name, n in plan.counts.items():
+            setattr(result, name, getattr(result, name) + n)
+
+    # ---- planning (on copies; nothing is written here) ------------------------------------------

@@ -1,0 +1,328 @@
+"""CentralService: the one object function_app.py uses (Event Hubs batch, timer, HTTP).
+
+It only wires the one-way steps together; each lives in its own module:
+  ingest (envelopes -> State changes) -> evaluator (pure `decide` per event, committed) ->
+  act (approval sends, alert deliveries) ; views (operator reads) ; logs flushed at the end.
+The State table is the only truth (central.store.fleet_state): any number of instances may run these calls at
+once; in-memory state is a cache validated by ETags at every commit. The lock only keeps this
+instance's cache consistent when the Functions worker runs the timer and the trigger on two threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from datetime import datetime
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from central.intake.sender import SenderAuth
+from central.model.alert import ALERT_LEASE, Alert
+from central.model.times import aware
+from central.policy import document as policy_mod
+from central.policy.decide import DecideConfig
+from central.store.fleet_state import Changes, FleetState
+from central.store.tables import Conflict, StoreError, TableLog
+from central.telemetry import metrics
+
+from . import views
+from .act import CLAIM_SEND_GRACE, Actor
+from .approval_queue import ApprovalSender
+from .evaluator import Evaluator
+from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
+from .operator_desk import OperatorDesk
+from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
+from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
+from .webhook import WebhookAlerter
+
+log = logging.getLogger("central.service")  # stable: docs and queries select on it
+
+SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops (a cache: replays are stale anyway)
+
+
+class CentralService:
+    def __init__(
+        self,
+        settings: CentralSettings,
+        store: TableLog,
+        sender: ApprovalSender,
+        alerter: WebhookAlerter,
+        transport: Optional[CountingTransport] = None,
+        sender_auth: Optional[SenderAuth] = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.transport = transport
+        self.sender_auth = sender_auth or SenderAuth(None)
+        self.gate: Gate = self.sender_auth.check if self.sender_auth.enabled else accept_all
+        try:
+            self.policy = policy_mod.load(settings.policy_json)
+            self.policy_error: Optional[policy_mod.PolicyError] = None
+        except policy_mod.PolicyError as exc:
+            log.error("%s; holding every event until it is fixed", exc)
+            self.policy = policy_mod.fallback(exc)
+            self.policy_error = exc
+        self.shadow_error = ""
+        shadow = None
+        if settings.shadow_json.strip():
+            try:
+                shadow = policy_mod.load(settings.shadow_json)
+            except policy_mod.PolicyError as exc:
+                log.error("POLICY_SHADOW_JSON is ignored: %s", exc)
+                self.shadow_error = str(exc)
+        self.config = DecideConfig(
+            result_timeout=_seconds(settings.result_timeout),
+            liveness=_seconds(settings.liveness),
+            policy_error=str(self.policy_error or ""),
+        )
+        self.state = FleetState(store)
+        self.ingest = Ingest(self.state, store)
+        self.evaluator = Evaluator(self.state, store, self.policy, self.config)
+        self.evaluator.shadow = shadow
+        self.actor = Actor(self.state, store, sender, alerter)
+        self.counters = new_counters()
+        self._seen: Dict[str, None] = {}
+        self._lock = threading.RLock()
+        self._policy_alerted = False
+        self.desk = OperatorDesk(self.state, store, self.evaluator, self.actor, self.config, self._lock,
+                                 self._flush)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str], count_requests: bool = False) -> CentralService:
+        """Build from app settings (os.environ in Azure; see central/app_settings.json). Raises
+        SettingsError (one actionable line) on a setting that cannot work."""
+        typed = CentralSettings.from_mapping(settings)
+        try:
+            sender_auth = SenderAuth.from_settings(typed.authn_trust_pem, typed.authn_metadata_domains)
+        except ValueError as exc:  # authn.TrustConfigError
+            raise SettingsError(f"AUTHN_TRUST_PEM: {exc}") from None
+        transport = CountingTransport() if count_requests else None
+        tables, queues = storage_clients(settings, transport=transport)
+        alerter = WebhookAlerter(
+            url=typed.webhook_url,
+            fmt=typed.webhook_format,
+            max_attempts=typed.alert_attempts,
+            backoff=typed.alert_backoff,
+            timeout=typed.alert_timeout,
+        )
+        store = TableLog(tables, typed.table_prefix)
+        return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth)
+
+    @property
+    def sender(self) -> ApprovalSender:
+        return self.actor.sender
+
+    @sender.setter
+    def sender(self, value: ApprovalSender) -> None:
+        self.actor.sender = value
+
+    @property
+    def alerter(self) -> WebhookAlerter:
+        return self.actor.alerter
+
+    # ---- the public operations -------------------------------------------------------------------
+    def handle_batch(
+        self,
+        bodies: Sequence[Union[bytes, str]],
+        now: Optional[datetime] = None,
+        enqueued_times: Optional[Sequence[Optional[datetime]]] = None,
+        properties: Optional[Sequence[Optional[Mapping[Any, Any]]]] = None,
+    ) -> BatchResult:
+        """Process one Event Hubs batch. Bad envelopes are quarantined; the rest go on. `enqueued_times`:
+        when the hub took each body (central's clock for liveness and ordering; default: now).
+        `properties`: each event's application properties (the sender's authentication).
+        Raises StoreError only when Table storage cannot be written (the batch may be retried whole)."""
+        with self._lock:
+            now = aware(now)
+            result = BatchResult(received=len(bodies))
+            items: List[Item] = []
+            keys: List[str] = []  # remembered only once the batch is committed: a retried batch is whole
+            batch_keys: set = set()
+            for i, body in enumerate(bodies):
+                received = _received(enqueued_times, i, now)
+                try:
+                    props = properties[i] if properties is not None and i < len(properties) else None
+                    item = parse(body, received, self.gate, props)
+                except Exception as exc:  # noqa: BLE001 - input never raises into the host: quarantine it
+                    item = Item(
+                        bad_from(body, [{"path": "/", "message": f"unusable: {exc}"[:300]}]), received
+                    )
+                env = item.parsed
+                if hasattr(env, "type"):
+                    key = f"{env.vm_id}|{env.id}"  # type: ignore[union-attr]
+                    if key in self._seen or key in batch_keys:
+                        result.duplicates += 1
+                        continue
+                    batch_keys.add(key)
+                    keys.append(key)
+                items.append(item)
+            done = self._run(now, result, lambda: self.ingest.apply(items, now, result))
+            for key in keys:
+                self._remember(key)
+            return done
+
+    def decide(self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
+               hook: bool = False) -> Dict[str, Any]:
+        """An operator's approve, hold or release (central.runtime.operator_desk), binding on every instance
+        once this returns."""
+        return self.desk.decide(event_id, action, operator, reason, now, hook)
+
+    def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
+        """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing, approvals
+        committed but never sent, alerts owed and due. Linear in active events."""
+        with self._lock:
+            now = aware(now)
+            result = BatchResult()
+
+            def before() -> None:
+                self.state.refresh()
+                self.actor.resend_stale(now, result)
+
+            self._run(now, result, lambda: (before(), None)[1], timer=True)
+            return result.decisions
+
+    def pending(self) -> List[Dict[str, Any]]:
+        with self._lock:
+            return views.pending(self.state)
+
+    def event(self, event_id: str, now: Optional[datetime] = None) -> Dict[str, Any]:
+        with self._lock:
+            return views.event(self.state, event_id, aware(now))
+
+    def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
+        with self._lock:
+            return views.fleet(self.state, self.policy, self.settings, aware(now))
+
+    def health(self) -> Dict[str, Any]:
+        with self._lock:
+            return views.health(
+                self.state,
+                self.policy,
+                self.policy_error is None,
+                self.settings,
+                aware(None),
+                self.counters,
+                self.store.staged_count,
+                self.transport.requests if self.transport else None,
+                self.sender_auth.status(),
+                self._shadow_status(),
+            )
+
+    def _shadow_status(self) -> Optional[Dict[str, Any]]:
+        if self.evaluator.shadow is not None:
+            return self.evaluator.shadow.describe()
+        if self.shadow_error:
+            return {"source": "POLICY_SHADOW_JSON", "valid": False, "errors": [self.shadow_error[:1000]]}
+        return None
+
+    # ---- one call --------------------------------------------------------------------------------
+    def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:
+        self.ingest.owed, self.ingest.rows_owed, self.evaluator.owed = set(), [], set()
+        try:
+            touched = first()
+            self._policy_alert(now, result)
+            sends = self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
+            self.actor.send_approvals(sends, now, result)
+            extra = [(a, self.state.alert_etags.pop(a.key, None)) for a in self.ingest.rows_owed]
+            self.actor.deliver(now, result, mine=sorted(self.ingest.owed | self.evaluator.owed), extra=extra)
+            if timer:
+                self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
+        except StoreError as exc:
+            self.counters["storeErrors"] += 1
+            metrics.store_error("commit")
+            result.errors.append(str(exc)[:500])
+            self._count(result)
+            raise
+        self._flush(result)
+        return result
+
+    def _flush(self, result: BatchResult) -> None:
+        try:
+            result.transactions += self.store.flush()
+        except StoreError as exc:
+            self.counters["storeErrors"] += 1
+            metrics.store_error("flush")
+            result.errors.append(str(exc)[:500])
+            self._count(result)
+            raise
+        for problem in self.store.take_rejected():
+            self.counters["rowsSetAside"] += 1
+            metrics.store_error("row-set-aside")
+            result.errors.append(problem)
+            self._raise_row(
+                Alert(
+                    f"row-set-aside:{hashlib.sha256(problem.encode()).hexdigest()[:24]}",
+                    "row-set-aside",
+                    "warning",
+                    "Central set aside a log row the store refuses",
+                    problem,
+                    aware(None),
+                    next_try=aware(None) + ALERT_LEASE,
+                ),
+                result,
+            )
+        self._count(result)
+
+    def _count(self, result: BatchResult) -> None:
+        c = self.counters
+        c["envelopes"] += result.processed
+        c["duplicates"] += result.duplicates
+        c["stale"] += result.stale
+        c["quarantined"] += result.quarantined
+        c["late"] += result.late
+        c["refused"] += result.refused
+        c["approvals"] += result.approvals_sent
+        c["alertsSent"] += result.alerts_sent
+        c["alertsFailed"] += result.alerts_failed
+        c["conflicts"] += result.conflicts
+
+    def _policy_alert(self, now: datetime, result: BatchResult) -> None:
+        if self.policy_error is None or self._policy_alerted:
+            return
+        self._policy_alerted = True
+        digest = hashlib.sha256(str(self.policy_error.errors).encode()).hexdigest()[:16]
+        self._raise_row(
+            Alert(
+                f"policy-invalid:{digest}",
+                "policy-invalid",
+                "critical",
+                "Central policy is invalid: every event is held",
+                str(self.policy_error),
+                now,
+                facts={"errors": self.policy_error.errors[:5]},
+                next_try=now + ALERT_LEASE,
+            ),
+            result,
+        )
+
+    def _raise_row(self, alert: Alert, result: BatchResult) -> None:
+        """An alert owed by no event: kept in the State table, then delivered (at least once)."""
+        try:
+            self.state.commit(Changes(alerts=[alert]), alert.at)
+        except (Conflict, StoreError) as exc:
+            log.error("alert %s not recorded: %s", alert.key, exc)
+            return
+        self.actor.deliver(
+            alert.at, result, mine=[], extra=[(alert, self.state.alert_etags.pop(alert.key, None))]
+        )
+
+    def _remember(self, key: str) -> None:
+        self._seen[key] = None
+        if len(self._seen) > SEEN_LIMIT:
+            self._seen.pop(next(iter(self._seen)))
+
+
+def _seconds(value: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=value)
+
+
+def _received(enqueued: Optional[Sequence[Optional[datetime]]], i: int, now: datetime) -> datetime:
+    """Central's clock for one body: the hub's enqueued time, never later than now."""
+    if enqueued is None or i >= len(enqueued) or enqueued[i] is None:
+        return now
+    return min(aware(enqueued[i]), now)
+
+
+__all__ = ["CLAIM_SEND_GRACE", "BatchResult", "CentralService", "Decision", "InvalidRequest", "UnknownEvent"]

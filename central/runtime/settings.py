@@ -1,0 +1,139 @@
+"""App settings -> typed settings and SDK clients (the Azure Functions connection convention).
+
+For connection prefix P (ApprovalStorage): either a setting P holding a connection string (Azurite
+locally), or identity-based P__queueServiceUri / P__tableServiceUri with P__credential=managedidentity
+and P__clientId (user-assigned identity) -> ManagedIdentityCredential; without P__credential,
+DefaultAzureCredential (developer sign-in). Every name is listed in central/app_settings.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from azure.core.pipeline.transport import RequestsTransport
+
+STORAGE_PREFIX = "ApprovalStorage"
+
+
+class SettingsError(ValueError):
+    """A required app setting is missing or unreadable; the message names it."""
+
+
+def catalogue() -> Dict[str, Any]:
+    """central/app_settings.json: the one list of setting names (infra and function_app read it too)."""
+    return json.loads((Path(__file__).parent.parent / "app_settings.json").read_text(encoding="utf-8"))
+
+
+class CountingTransport(RequestsTransport):
+    """Counts HTTP requests (every attempt, retries included): the benchmark's Storage round trips."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requests = 0
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        return super().send(request, **kwargs)
+
+
+def _number(settings: Mapping[str, str], name: str, default: float) -> float:
+    text = (settings.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"app setting {name} must be a number, got {text!r}") from None
+    if value < 0:
+        raise SettingsError(f"app setting {name} must not be negative, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class CentralSettings:
+    policy_json: str = ""
+    shadow_json: str = ""  # POLICY_SHADOW_JSON: a candidate policy whose verdicts are recorded, never sent
+    webhook_url: str = ""
+    webhook_format: str = "generic"
+    table_prefix: str = ""
+    result_timeout: float = 120.0  # APPROVAL_RESULT_TIMEOUT_SECONDS
+    liveness: float = 300.0  # LEADER_LIVENESS_SECONDS
+    alert_attempts: int = 3  # ALERT_MAX_ATTEMPTS
+    alert_backoff: float = 0.5  # ALERT_BACKOFF_SECONDS
+    alert_timeout: float = 5.0  # ALERT_TIMEOUT_SECONDS
+    authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: empty = sender authentication off
+    authn_metadata_domains: str = "metadata.azure.com"  # AUTHN_METADATA_DOMAINS (comma-separated)
+
+    @classmethod
+    def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
+        prefix = (s.get("TABLE_PREFIX") or "").strip()
+        if prefix and not re.fullmatch(
+            r"[A-Za-z][A-Za-z0-9]{0,39}", prefix
+        ):  # Table names: ASCII letters/digits
+            raise SettingsError(
+                f"TABLE_PREFIX must be letters and digits starting with a letter (<= 40), got {prefix!r}"
+            )
+        return cls(
+            policy_json=s.get("POLICY_JSON") or "",
+            shadow_json=s.get("POLICY_SHADOW_JSON") or "",
+            webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
+            webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
+            table_prefix=prefix,
+            result_timeout=_number(s, "APPROVAL_RESULT_TIMEOUT_SECONDS", 120.0),
+            liveness=_number(s, "LEADER_LIVENESS_SECONDS", 300.0),
+            alert_attempts=max(1, int(_number(s, "ALERT_MAX_ATTEMPTS", 3))),
+            alert_backoff=_number(s, "ALERT_BACKOFF_SECONDS", 0.5),
+            alert_timeout=_number(s, "ALERT_TIMEOUT_SECONDS", 5.0),
+            authn_trust_pem=s.get("AUTHN_TRUST_PEM") or "",
+            authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "metadata.azure.com").strip(),
+        )
+
+
+def _credential(settings: Mapping[str, str], prefix: str) -> Any:
+    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
+
+    kind = (settings.get(f"{prefix}__credential") or "").strip().lower()
+    client_id = (settings.get(f"{prefix}__clientId") or "").strip() or None
+    if kind == "managedidentity":
+        return ManagedIdentityCredential(client_id=client_id)
+    if kind:
+        raise SettingsError(f"{prefix}__credential must be 'managedidentity' or empty, got {kind!r}")
+    return DefaultAzureCredential(managed_identity_client_id=client_id)
+
+
+def storage_clients(
+    settings: Mapping[str, str], prefix: str = STORAGE_PREFIX, transport: Optional[CountingTransport] = None
+) -> Tuple[Any, Any]:
+    """(TableServiceClient, QueueServiceClient) for connection prefix `prefix`."""
+    from azure.data.tables import TableServiceClient
+    from azure.storage.queue import ExponentialRetry, QueueServiceClient
+
+    extra: Dict[str, Any] = {"transport": transport} if transport is not None else {}
+    # A short SDK retry for approval sends: the default (15 s backoff, 3 retries) held the service lock
+    # ~80 s per approval while the queue service was down; a failed send gives its claim back and the
+    # timer retries it, so one quick retry is enough.
+    quick = ExponentialRetry(initial_backoff=1, increment_base=3, retry_total=1)
+    queue_extra: Dict[str, Any] = {**extra, "retry_policy": quick}
+    conn = (settings.get(prefix) or "").strip()
+    if conn:
+        return (
+            TableServiceClient.from_connection_string(conn, **extra),
+            QueueServiceClient.from_connection_string(conn, **queue_extra),
+        )
+    table_uri = (settings.get(f"{prefix}__tableServiceUri") or "").strip()
+    queue_uri = (settings.get(f"{prefix}__queueServiceUri") or "").strip()
+    if not table_uri or not queue_uri:
+        raise SettingsError(
+            f"storage connection {prefix!r} is not configured: set {prefix} "
+            "(a connection string, e.g. Azurite) "
+            f"or both {prefix}__tableServiceUri and {prefix}__queueServiceUri (identity-based)"
+        )
+    credential = _credential(settings, prefix)
+    return (
+        TableServiceClient(endpoint=table_uri, credential=credential, **extra),
+        QueueServiceClient(account_url=queue_uri, credential=credential, **queue_extra),
+    )
