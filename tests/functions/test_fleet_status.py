@@ -19,7 +19,6 @@ from tests.central.factory import Vm, body, event
 from .conftest import RunnerFiles, start_runner
 
 KEY = "fleet-function-key"
-NOW = datetime.now(timezone.utc)
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +37,15 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
         "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
     }
     svc = CentralService.from_settings(values)
+    # now, not at import: under xdist a loaded worker may reach this file minutes after collecting it,
+    # and the live VM must still be inside the liveness window when the tests read the fleet
+    now = datetime.now(timezone.utc)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
-    an_hour_ago = NOW - timedelta(hours=1)
+    an_hour_ago = now - timedelta(hours=1)
     svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)
-    svc.handle_batch([body(live.heartbeat(at=NOW)), body(live.incarnation_env(
-        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=NOW + timedelta(hours=1))],
-        at=NOW))], now=NOW)
+    svc.handle_batch([body(live.heartbeat(at=now)), body(live.incarnation_env(
+        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=now + timedelta(hours=1))],
+        at=now))], now=now)
     servers = []
     for n in range(2):
         files = RunnerFiles(work / f"central-{n}")
