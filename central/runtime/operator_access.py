@@ -35,8 +35,9 @@ ROLES_FOR = {READ: frozenset({READER_ROLE, OPERATOR_ROLE}), DECIDE: frozenset({O
 MAX_PRINCIPAL = 16 * 1024  # bytes of the base64 header decoded at most (a token's claims are a few KB)
 # Claim types as App Service authentication writes them for the Microsoft identity platform.
 OBJECT_ID_CLAIMS = ("http://schemas.microsoft.com/identity/claims/objectidentifier", "oid")
-NAME_CLAIMS = ("preferred_username", "name", "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn",
-               "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name")
+# A sign-in name (UPN) before a display name: two people may share "Alice Smith", not alice@contoso.com.
+NAME_CLAIMS = ("http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name", "preferred_username",
+               "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn", "upn", "name")
 APP_ID_CLAIMS = ("azp", "appid")  # a service principal's token (client credentials) has no user name
 ROLE_CLAIMS = ("roles", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role")
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
