@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CentralService", "configure_metrics", "properties_of", "signed_in", "named_key"]
+__all__ = ["CentralService", "configure_metrics", "named_key", "properties_of", "signed_in"]
 
 
 def __getattr__(name: str) -> Any:

@@ -102,7 +102,7 @@ def decode_principal(encoded: str) -> Caller:
         raise ValueError("the principal header has no claims")
     claims: Dict[str, list] = {}
     for claim in document["claims"]:
-        if isinstance(claim, dict) and isinstance(claim.get("typ"), str) and isinstance(claim.get("val"), str):
+        if isinstance(claim, dict) and all(isinstance(claim.get(k), str) for k in ("typ", "val")):
             claims.setdefault(claim["typ"], []).append(claim["val"])
 
     def first(types: Any) -> str:
@@ -118,7 +118,8 @@ def decode_principal(encoded: str) -> Caller:
     return Caller("user", name[:200], object_id[:64], roles)
 
 
-def signed_in(headers: Mapping[str, str], environment: Mapping[str, str], need: str) -> Union[Caller, Refusal]:
+def signed_in(headers: Mapping[str, str], environment: Mapping[str, str],
+              need: str) -> Union[Caller, Refusal]:
     """The signed-in caller of an operator route, if they hold a role that allows `need` (READ, DECIDE)."""
     if not auth_enabled(environment):
         return Refusal(401, "App Service authentication is off for this app, so no caller can be believed: "
@@ -155,7 +156,8 @@ def parse_key_names(text: str) -> Dict[str, str]:
         if not _KEY_NAME.match(str(name)):
             raise ValueError(f"OPERATOR_KEY_SHA256: key name {name!r}: letters, digits, - _ . (64 at most)")
         if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
-            raise ValueError(f"OPERATOR_KEY_SHA256: {name}: the value must be the key's SHA-256, 64 hex digits")
+            raise ValueError(f"OPERATOR_KEY_SHA256: {name}: the value must be the key's SHA-256 "
+                             "(64 hex digits)")
         names[str(name)] = digest.lower()
     return names
 

@@ -95,7 +95,8 @@ def test_status_says_what_is_wrong_in_one_line(runners: List[str], capsys: pytes
     assert fleet_cli.main(["status", "--url", runners[0], "--token", "not.a.token"], out=io.StringIO()) == 4
     assert capsys.readouterr().err.strip() == ("se-fleet: central answered 401 Unauthorized: sign in again "
                                                "(the token is missing, expired or for another API)")
-    assert fleet_cli.main(["status", "--url", runners[0], "--token", TOKENS["nobody"]], out=io.StringIO()) == 4
+    nobody = ["status", "--url", runners[0], "--token", TOKENS["nobody"]]
+    assert fleet_cli.main(nobody, out=io.StringIO()) == 4
     assert capsys.readouterr().err.strip().endswith("your account lacks the Reader or Operator app role")
     assert fleet_cli.main(["status", "--url", "ftp://x", "--token", "t"], out=io.StringIO()) == 3
     assert fleet_cli.main(["status"], out=io.StringIO()) == 3

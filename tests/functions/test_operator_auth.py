@@ -12,7 +12,6 @@ import base64
 import hashlib
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest

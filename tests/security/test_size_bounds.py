@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import pytest
 
 import schemas
 from central.intake import parse as central_envelopes
@@ -107,7 +108,8 @@ def test_a_huge_operator_decision_body_gets_413_with_a_clear_error(monkeypatch: 
         {"typ": "oid", "val": "o-1"}, {"typ": "preferred_username", "val": "ops@example.com"},
         {"typ": "roles", "val": "Operator"}]}).encode()).decode()
     body = json.dumps({"reason": "r" * (5 * MB)}).encode()
-    req = func.HttpRequest("POST", "/api/events/E1/approve", body=body, headers={"X-MS-CLIENT-PRINCIPAL": principal},
+    req = func.HttpRequest("POST", "/api/events/E1/approve", body=body,
+                           headers={"X-MS-CLIENT-PRINCIPAL": principal},
                            route_params={"event_id": "E1", "action": "approve"})
     resp = _decide()(req)  # refused before central is built: no settings or storage needed
     assert resp.status_code == 413
