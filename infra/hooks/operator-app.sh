@@ -14,6 +14,10 @@
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 
+if [ -n "${SE_OPERATOR_API_CLIENT_ID:-}" ] && [ -z "${SE_OPERATOR_PRINCIPAL_IDS:-}${SE_READER_PRINCIPAL_IDS:-}" ]; then
+  echo "operator-app: operator API api://$SE_OPERATOR_API_CLIENT_ID (given; no role assignments asked for)"
+  exit 0
+fi
 if ! command -v az >/dev/null 2>&1; then
   echo "operator-app: the az CLI is not installed; install it and 'az login', or set SE_OPERATOR_API_CLIENT_ID" >&2
   exit 4
@@ -44,6 +48,7 @@ fi
 az ad sp update --id "$sp" --set appRoleAssignmentRequired=true >/dev/null || fail "cannot require role assignment on $sp"
 
 assign() {  # $1 role value, $2 comma-separated object ids
+  [ -n "$2" ] || return 0
   role_id="$(az ad sp show --id "$sp" --query "appRoles[?value=='$1'].id | [0]" -o tsv)" || fail "cannot read the app roles of $sp"
   [ -n "$role_id" ] || fail "the app registration $client has no app role $1 (operator-app-roles.json)"
   for principal in $(printf '%s' "$2" | tr ',' ' '); do
