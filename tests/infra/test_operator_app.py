@@ -44,12 +44,14 @@ def _run(tmp_path: Path, world: Dict[str, Any]) -> tuple:
     (bin_dir / "az").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" az "$@"\n')
     (bin_dir / "az").chmod(0o755)
     (tmp_path / "world.json").write_text(json.dumps(world))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "STUB_WORLD": str(tmp_path / "world.json"),
-           "STUB_LOG": str(tmp_path / "calls.jsonl"), "AZURE_ENV_NAME": "se-prod",
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "STUB_WORLD": str(tmp_path / "world.json"), "STUB_LOG": str(tmp_path / "calls.jsonl"),
+           "AZURE_ENV_NAME": "se-prod",
            "SE_OPERATOR_PRINCIPAL_IDS": f"{OLGA},{RAJ}", "SE_READER_PRINCIPAL_IDS": RITA}
     result = subprocess.run(["sh", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     log = tmp_path / "calls.jsonl"
-    calls: List[List[str]] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    lines = log.read_text().splitlines() if log.exists() else []
+    calls: List[List[str]] = [json.loads(line) for line in lines]
     return result, calls
 
 
