@@ -101,12 +101,16 @@ def reevaluate(timer: func.TimerRequest) -> None:
 
 
 def _caller(req: func.HttpRequest, need: str) -> Any:
-    """The signed-in caller if the platform vouched for them and their app role allows `need`, else the
-    401/403 answer (central.runtime.operator_access: the principal header is read only when App Service
-    authentication is on for this app)."""
+    """The signed-in caller if their Entra ID token is valid and their app role allows `need`, else the
+    401/403 answer (central.runtime.operator_access: the token validated in the app when
+    OPERATOR_API_AUDIENCE is set; else the platform's principal, read only when App Service authentication
+    is on for this app)."""
     from central.runtime import signed_in
 
-    who = signed_in(dict(req.headers), os.environ, need)
+    try:
+        who = signed_in(dict(req.headers), os.environ, need)
+    except ValueError as exc:  # the OPERATOR_API_* settings are incomplete: refuse, say what to fix
+        return _error(str(exc), 503)
     return _error(who.message, who.status) if hasattr(who, "status") else who
 
 

@@ -447,6 +447,7 @@ module functionApp 'app/function.bicep' = {
     authnTrustPem: authnTrustPem
     authnMetadataDomains: authnMetadataDomains
     operatorKeySha256: operatorKeySha256
+    operatorApiClientId: operatorApiClientId
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
   }

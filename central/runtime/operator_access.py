@@ -1,12 +1,15 @@
-"""Who is calling the operator API, and may they: pure functions over the request's headers and settings.
+"""Who is calling the operator API, and may they: functions over the request's headers and settings
+(pure but for entra_tokens.py's fetch of the tenant's signing keys).
 
 Two kinds of caller (docs/security.md, "Operators"):
-- a person (or a service principal) signed in with Entra ID. App Service authentication validates the
-  token in front of the app and passes the principal as `X-MS-CLIENT-PRINCIPAL` (base64 JSON). The
-  header is believed only when the platform's authentication is on for this app (`WEBSITE_AUTH_ENABLED`,
-  the Functions host's own test): then the platform strips client-sent copies; otherwise anyone could
-  send one, so it is never read. Roles come from the token's app roles: `Operator` decides (approve,
-  hold, release), `Reader` reads (pending, one event, fleet); an Operator may read too.
+- a person (or a service principal) signed in with Entra ID. With OPERATOR_API_AUDIENCE set (infra sets
+  it) central validates the bearer token itself (entra_tokens.py) and reads no principal header.
+  Otherwise App Service authentication validates the token in front of the app and passes the principal
+  as `X-MS-CLIENT-PRINCIPAL` (base64 JSON); that header is believed only when the platform's
+  authentication is on for this app (`WEBSITE_AUTH_ENABLED`, the Functions host's own test): then the
+  platform strips client-sent copies; otherwise anyone could send one, so it is never read. Roles come
+  from the token's app roles: `Operator` decides (approve, hold, release), `Reader` reads (pending, one
+  event, fleet); an Operator may read too.
 - a machine holding a named function key (a paging bot, a runbook), on the automation route only. The
   host has checked the key; the Python worker is not told which key matched, so central names it: the
   SHA-256 of the presented `x-functions-key` must be registered under a name in OPERATOR_KEY_SHA256.
@@ -120,7 +123,41 @@ def decode_principal(encoded: str) -> Caller:
 
 def signed_in(headers: Mapping[str, str], environment: Mapping[str, str],
               need: str) -> Union[Caller, Refusal]:
-    """The signed-in caller of an operator route, if they hold a role that allows `need` (READ, DECIDE)."""
+    """The signed-in caller of an operator route, if they hold a role that allows `need` (READ, DECIDE):
+    from the bearer token validated in the app when OPERATOR_API_AUDIENCE is set (entra_tokens.py; the
+    principal headers are then not read), else from the platform's principal."""
+    from .entra_tokens import validator_for  # PyJWT and the key cache load only when used
+
+    validator = validator_for(environment)
+    if validator is not None:
+        claims = validator.claims(_header(headers, "authorization"))
+        return _allowed(Refusal(*claims) if isinstance(claims, tuple) else caller_from_claims(claims), need)
+    return _allowed(_platform_principal(headers, environment), need)
+
+
+def caller_from_claims(claims: Mapping[str, Any]) -> Caller:
+    """A validated access token's caller: sign-in name (a service principal: app:<client id>), oid, roles."""
+    names = ("preferred_username", "upn", "unique_name", "name")
+    name = next((str(claims[c]) for c in names if claims.get(c)), "")
+    if not name:
+        app = next((str(claims[c]) for c in APP_ID_CLAIMS if claims.get(c)), "")
+        name = f"app:{app}" if app else str(claims["oid"])
+    roles = claims.get("roles") or []
+    return Caller("user", name[:200], str(claims["oid"])[:64],
+                  frozenset(str(r) for r in (roles if isinstance(roles, list) else [roles])))
+
+
+def _allowed(caller: Union[Caller, Refusal], need: str) -> Union[Caller, Refusal]:
+    if isinstance(caller, Refusal):
+        return caller
+    allowed = ROLES_FOR[need]
+    if not caller.roles & allowed:
+        return Refusal(403, f"{caller.name} may not {need}: that needs the app role "
+                            f"{' or '.join(sorted(allowed))} on the operator API (docs/security.md)")
+    return caller
+
+
+def _platform_principal(headers: Mapping[str, str], environment: Mapping[str, str]) -> Union[Caller, Refusal]:
     if not auth_enabled(environment):
         return Refusal(401, "App Service authentication is off for this app, so no caller can be believed: "
                             "turn it on (infra/ does; docs/security.md) or use the automation route with "
@@ -130,14 +167,9 @@ def signed_in(headers: Mapping[str, str], environment: Mapping[str, str],
         return Refusal(401, "sign in: send an Entra ID access token for the operator API "
                             "(Authorization: Bearer ...; docs/functions.md)")
     try:
-        caller = decode_principal(encoded)
+        return decode_principal(encoded)
     except ValueError as exc:
         return Refusal(401, f"the platform's principal could not be read ({exc}); sign in again")
-    allowed = ROLES_FOR[need]
-    if not caller.roles & allowed:
-        return Refusal(403, f"{caller.name} may not {need}: that needs the app role "
-                            f"{' or '.join(sorted(allowed))} on the operator API (docs/security.md)")
-    return caller
 
 
 def parse_key_names(text: str) -> Dict[str, str]:

@@ -90,6 +90,9 @@ param authnTrustPem string
 @description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
 param authnMetadataDomains string
 
+@description('Application (client) id of the operator API app registration: central validates operators\' tokens for it.')
+param operatorApiClientId string
+
 @description('Named function keys that may decide on the automation route: JSON {"<key name>": "<sha256 hex>"}; empty: none.')
 param operatorKeySha256 string
 
@@ -135,8 +138,14 @@ var appSettingValues = {
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
   AUTHN_TRUST_PEM: authnTrustPem
   AUTHN_METADATA_DOMAINS: authnMetadataDomains
+  OPERATOR_API_AUDIENCE: 'api://${operatorApiClientId}'
+  OPERATOR_API_ISSUERS: 'https://sts.windows.net/${tenant().tenantId}/,${loginEndpoint}${tenant().tenantId}/v2.0'
+  OPERATOR_API_JWKS_URL: '${loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
   OPERATOR_KEY_SHA256: operatorKeySha256
 }
+
+// The Entra ID authority of this cloud (login.microsoftonline.com in Azure public).
+var loginEndpoint = environment().authentication.loginEndpoint
 
 // Same key set <=> the union adds no key and both have the same count.
 var appSettingNamesMatch = length(union(settingsDoc.settings, appSettingValues)) == length(settingsDoc.settings) && length(appSettingValues) == length(settingsDoc.settings)

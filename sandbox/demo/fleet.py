@@ -253,6 +253,7 @@ class Fleet:
             values["AUTHN_TRUST_PEM"] = (self.work / "attestation" / "trust.pem").read_text()
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
         self.issuer.init()
+        values.update(self.issuer.app_settings())  # central validates the tokens itself too, as infra sets it
         self.tokens = {role: self.issuer.token(name, [role], object_id=oid)
                        for role, (name, oid) in OPERATORS.items()}
         self.settings_file.write_text(json.dumps(

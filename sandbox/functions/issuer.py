@@ -11,6 +11,8 @@ iss, tid, iat, exp. The runner trusts it through the settings file's "Auth" sect
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 
 ISSUER = "https://sts.sandbox.invalid/00000000-0000-0000-0000-000000000001/"
 AUDIENCE = "api://se-operator-api-sandbox"
@@ -32,6 +35,7 @@ class LocalIssuer:
         self.issuer, self.audience = issuer, audience
         self.private_file = self.directory / "issuer-private.pem"
         self.public_file = self.directory / "issuer-public.pem"
+        self.jwks_file = self.directory / "issuer-jwks.json"
 
     def init(self) -> LocalIssuer:
         """A key pair, made once per directory (private key readable by the owner only)."""
@@ -43,7 +47,21 @@ class LocalIssuer:
             self.private_file.chmod(0o600)
             self.public_file.write_bytes(key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+            # The keys document as Entra publishes it (discovery/v2.0/keys), for central's own validation.
+            jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+            jwk.update({"kid": self.kid, "use": "sig", "alg": "RS256"})
+            self.jwks_file.write_text(json.dumps({"keys": [jwk]}))
         return self
+
+    @property
+    def kid(self) -> str:
+        return hashlib.sha256(self.public_file.read_bytes()).hexdigest()[:16]
+
+    def app_settings(self) -> Dict[str, str]:
+        """The app settings that make central validate this issuer's tokens itself (as infra sets them for
+        the tenant): OPERATOR_API_AUDIENCE, OPERATOR_API_ISSUERS, OPERATOR_API_JWKS_URL (a file: URL)."""
+        return {"OPERATOR_API_AUDIENCE": self.audience, "OPERATOR_API_ISSUERS": self.issuer,
+                "OPERATOR_API_JWKS_URL": self.jwks_file.resolve().as_uri()}
 
     def auth_section(self, enabled: bool = True) -> Dict[str, Any]:
         """The runner settings file's "Auth" section that trusts this issuer."""
@@ -61,7 +79,8 @@ class LocalIssuer:
         if roles:
             claims["roles"] = list(roles)
         claims.update(extra)
-        return jwt.encode(claims, self.private_file.read_bytes(), algorithm="RS256")
+        return jwt.encode(claims, self.private_file.read_bytes(), algorithm="RS256",
+                          headers={"kid": self.kid})
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -46,8 +46,9 @@ def seed(svc: CentralService) -> None:
 
 
 @pytest.fixture(scope="module")
-def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str, LocalIssuer]]:
-    """(URL of central with authentication on, URL with it off, the issuer), one store."""
+def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str, LocalIssuer, str]]:
+    """(URL of central with App Service authentication on, URL with it off, the issuer, URL with it off
+    but central validating tokens itself: OPERATOR_API_*), one store."""
     work = tmp_path_factory.mktemp("operator-auth")
     issuer = LocalIssuer(work / "issuer").init()
     azurite = processes.start_azurite(log_dir=work)
@@ -71,9 +72,13 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str, L
     on.write({**values, "EVENTHUB_CONSUMER_GROUP": "auth-on"}, keys=keys, auth=issuer.auth_section())
     # Off: the settings file even claims WEBSITE_AUTH_ENABLED; only the platform sets it, so it is dropped.
     off.write({**values, "EVENTHUB_CONSUMER_GROUP": "auth-off", "WEBSITE_AUTH_ENABLED": "True"}, keys=keys)
-    runners = [start_runner(on, "function_app"), start_runner(off, "function_app")]
+    # In-app: no platform authentication at all (as on a plan where it does not block); central checks.
+    app = RunnerFiles(work / "app")
+    app.write({**values, "EVENTHUB_CONSUMER_GROUP": "auth-app", **issuer.app_settings()}, keys=keys)
+    runners = [start_runner(f, "function_app") for f in (on, off, app)]
     try:
-        yield (*(f"http://{processes.LOOPBACK}:{r.port}/api" for r in runners), issuer)
+        urls = [f"http://{processes.LOOPBACK}:{r.port}/api" for r in runners]
+        yield urls[0], urls[1], issuer, urls[2]
     finally:
         for runner in runners:
             runner.stop()
@@ -98,7 +103,7 @@ def decided_by(url: str, token: str, event_id: str) -> str:
 
 
 def test_no_token_or_a_bad_one_is_401_and_health_needs_only_its_key(apps) -> None:
-    on, _, issuer = apps
+    on, _, issuer, _ = apps
     assert call(f"{on}/events/pending").status_code == 401
     assert call(f"{on}/fleet", headers={"x-functions-key": DEFAULT_KEY}).status_code == 401, (
         "a function key is no sign-in on the operators' routes")
@@ -113,7 +118,7 @@ def test_no_token_or_a_bad_one_is_401_and_health_needs_only_its_key(apps) -> Non
 
 
 def test_a_reader_reads_but_may_not_decide(apps) -> None:
-    on, _, issuer = apps
+    on, _, issuer, _ = apps
     reader = issuer.token("rita@contoso.com", ["Reader"])
     pending = call(f"{on}/events/pending", reader)
     assert pending.status_code == 200 and {e["eventId"] for e in pending.json()} >= {"E-AUTH-1"}
@@ -125,7 +130,7 @@ def test_a_reader_reads_but_may_not_decide(apps) -> None:
 
 
 def test_an_operators_decision_names_the_token_not_the_body(apps) -> None:
-    on, _, issuer = apps
+    on, _, issuer, _ = apps
     operator = issuer.token("olga@contoso.com", ["Operator"], object_id=OPERATOR_OID)
     held = call(f"{on}/events/E-AUTH-2/hold", operator,
                 {"reason": "change freeze", "operator": "body-claims-carol"})
@@ -138,7 +143,7 @@ def test_an_operators_decision_names_the_token_not_the_body(apps) -> None:
 
 
 def test_a_forged_principal_header_is_never_believed(apps) -> None:
-    on, off, issuer = apps
+    on, off, issuer, _ = apps
     # On: the platform drops the client's copies and sets its own from the token.
     reader = issuer.token("rita@contoso.com", ["Reader"], object_id="r-oid")
     forged_on = call(f"{on}/events/E-AUTH-3/approve", reader, {"reason": "r"}, FORGED_HEADERS)
@@ -154,7 +159,7 @@ def test_a_forged_principal_header_is_never_believed(apps) -> None:
 
 @pytest.mark.parametrize("side", ["on", "off"])
 def test_a_named_keys_decision_names_the_key_and_unnamed_keys_decide_nothing(apps, side: str) -> None:
-    on, off, issuer = apps
+    on, off, issuer, _ = apps
     url = on if side == "on" else off
     event_id = "E-AUTH-4" if side == "on" else "E-AUTH-5"
     route = f"{url}/automation/events/{event_id}/hold"
@@ -165,3 +170,21 @@ def test_a_named_keys_decision_names_the_key_and_unnamed_keys_decide_nothing(app
                 {"x-functions-key": PAGER_KEY, **FORGED_HEADERS})
     assert done.status_code == 200, done.text
     assert decided_by(on, issuer.token("rita@contoso.com", ["Reader"]), event_id) == "key:pagerbot"
+
+
+def test_central_validates_tokens_itself_when_the_platform_does_not(apps) -> None:
+    """OPERATOR_API_* set, no App Service authentication in front: the same answers, from central."""
+    _, _, issuer, app = apps
+    assert call(f"{app}/events/pending").status_code == 401
+    assert call(f"{app}/events/pending", headers=FORGED_HEADERS).status_code == 401, "headers are no sign-in"
+    other = LocalIssuer(issuer.directory.parent / "other-issuer").init()
+    assert call(f"{app}/events/pending", other.token("eve@contoso.com", ["Operator"])).status_code == 401
+    assert call(f"{app}/events/pending", issuer.token("eve@contoso.com", ["Operator"],
+                                                      lifetime=-60)).status_code == 401
+    reader = issuer.token("rita@contoso.com", ["Reader"], object_id="r-oid")
+    assert call(f"{app}/fleet", reader).status_code == 200
+    refused = call(f"{app}/events/E-AUTH-6/approve", reader, {"reason": "r"}, FORGED_HEADERS)
+    assert refused.status_code == 403, "a Reader's token with a forged Operator header is still a Reader"
+    operator = issuer.token("olga@contoso.com", ["Operator"], object_id=OPERATOR_OID)
+    assert call(f"{app}/events/E-AUTH-6/hold", operator, {"reason": "r"}, FORGED_HEADERS).status_code == 200
+    assert decided_by(app, operator, "E-AUTH-6") == f"operator:olga@contoso.com ({OPERATOR_OID})"
