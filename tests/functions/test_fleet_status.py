@@ -21,7 +21,6 @@ from .conftest import RunnerFiles, start_runner
 
 KEY = "fleet-function-key"
 TOKENS: Dict[str, str] = {}
-NOW = datetime.now(timezone.utc)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +40,14 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     }
     svc = CentralService.from_settings(values)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
-    an_hour_ago = NOW - timedelta(hours=1)
+    # now, not at import: under a loaded `make test` the module may run minutes after it was collected, and
+    # the live VM must still be within its liveness window when the tests read the fleet
+    now = datetime.now(timezone.utc)
+    an_hour_ago = now - timedelta(hours=1)
     svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)
-    svc.handle_batch([body(live.heartbeat(at=NOW)), body(live.incarnation_env(
-        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=NOW + timedelta(hours=1))],
-        at=NOW))], now=NOW)
+    svc.handle_batch([body(live.heartbeat(at=now)), body(live.incarnation_env(
+        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=now + timedelta(hours=1))],
+        at=now))], now=now)
     servers = []
     issuer = LocalIssuer(work / "issuer").init()
     TOKENS["reader"] = issuer.token("rita@contoso.com", ["Reader"])
