@@ -100,50 +100,88 @@ def reevaluate(timer: func.TimerRequest) -> None:
     log.info("reevaluate: %d decisions", len(decisions))
 
 
-@app.route(route="events/pending", methods=[func.HttpMethod.GET])
+def _caller(req: func.HttpRequest, need: str) -> Any:
+    """The signed-in caller if their Entra ID token is valid and their app role allows `need`, else the
+    401/403 answer (central.runtime.operator_access: the token validated in the app when
+    OPERATOR_API_AUDIENCE is set; else the platform's principal, read only when App Service authentication
+    is on for this app)."""
+    from central.runtime import signed_in
+
+    try:
+        who = signed_in(dict(req.headers), os.environ, need)
+    except ValueError as exc:  # the OPERATOR_API_* settings are incomplete: refuse, say what to fix
+        return _error(str(exc), 503)
+    return _error(who.message, who.status) if hasattr(who, "status") else who
+
+
+# Operators' routes: authLevel anonymous at the Functions level because App Service authentication (Entra
+# ID, infra/app/auth.bicep) stands in front of them and central checks the caller's app role; with the
+# platform's authentication off they answer 401 to everyone (docs/security.md, "Operators").
+@app.route(route="events/pending", methods=[func.HttpMethod.GET], auth_level=func.AuthLevel.ANONYMOUS)
 def pending(req: func.HttpRequest) -> func.HttpResponse:
-    return _json(central().pending())
+    who = _caller(req, "read")
+    return who if isinstance(who, func.HttpResponse) else _json(central().pending())
 
 
-@app.route(route="events/{event_id}", methods=[func.HttpMethod.GET])
+@app.route(route="events/{event_id}", methods=[func.HttpMethod.GET], auth_level=func.AuthLevel.ANONYMOUS)
 def event(req: func.HttpRequest) -> func.HttpResponse:
     """One event, open or ended, with its decision history (EventIds match in any case)."""
+    who = _caller(req, "read")
+    if isinstance(who, func.HttpResponse):
+        return who
     try:
         return _json(central().event(req.route_params["event_id"]))
     except LookupError as exc:
         return _error(str(exc), 404)
 
 
-@app.route(route="events/{event_id}/{action}", methods=[func.HttpMethod.POST])
+@app.route(route="events/{event_id}/{action}", methods=[func.HttpMethod.POST],
+           auth_level=func.AuthLevel.ANONYMOUS)
 def decide(req: func.HttpRequest) -> func.HttpResponse:
-    """approve | hold | release one event by hand. Body: {"reason": "...", "operator": "..."} and, for
-    approve, optionally "hook": true (the VM runs its pre-approve hook, e.g. a drain, first).
+    """approve | hold | release one event by hand, signed in with the Operator role. Body:
+    {"reason": "..."} and, for approve, optionally "hook": true (the VM runs its pre-approve hook, e.g. a
+    drain, first). Who decided is the signed-in principal (name and object id); a body "operator" is
+    only a note."""
+    who = _caller(req, "decide")
+    return who if isinstance(who, func.HttpResponse) else _decision(req, who)
 
-    The operator is the signed-in principal when App Service authentication is on (the platform sets
-    X-MS-CLIENT-PRINCIPAL-NAME and strips it from clients); otherwise the body's `operator`, which
-    the function key alone vouches for.
-    """
+
+# Machine callers (a paging bot, a runbook): a named function key, on a route App Service authentication
+# excludes. The decision is recorded as key:<name> (OPERATOR_KEY_SHA256 names the keys).
+@app.route(route="automation/events/{event_id}/{action}", methods=[func.HttpMethod.POST])
+def decide_by_key(req: func.HttpRequest) -> func.HttpResponse:
+    from central.runtime import named_key
+
+    try:
+        who = named_key(dict(req.headers), os.environ)
+    except ValueError as exc:  # OPERATOR_KEY_SHA256 misconfigured: refuse, say what to fix
+        return _error(str(exc), 503)
+    return _error(who.message, who.status) if hasattr(who, "status") else _decision(req, who)
+
+
+def _decision(req: func.HttpRequest, who: Any) -> func.HttpResponse:
     if len(req.get_body()) > MAX_DECISION_BODY:  # an operator decision is a few hundred bytes
         return _error(f"the body is larger than {MAX_DECISION_BODY} bytes; send "
-                      '{"reason": "...", "operator": "..."} only', 413)
+                      '{"reason": "..."} only', 413)
     try:
         body = req.get_json() if req.get_body() else {}
     except ValueError:
-        return _error('the body must be JSON: {"reason": "...", "operator": "..."}', 400)
+        return _error('the body must be JSON: {"reason": "..."}', 400)
     if not isinstance(body, dict):
         return _error("the body must be a JSON object", 400)
-    operator = req.headers.get("x-ms-client-principal-name") or str(body.get("operator") or "").strip()
     reason = str(body.get("reason") or "").strip()
     hook = body.get("hook", False)
     action = req.route_params["action"].lower()
     if action not in ("approve", "hold", "release"):
         return _error(f"unknown action {action!r}: approve | hold | release", 404)
-    if not operator or not reason:
-        return _error("an operator and a reason are required", 400)
+    if not reason:
+        return _error("a reason is required", 400)
     if not isinstance(hook, bool):
         return _error('"hook" must be true or false', 400)
+    note = who.note_from(body)
     try:
-        outcome = central().decide(req.route_params["event_id"], action, operator, reason, hook=hook)
+        outcome = central().decide(req.route_params["event_id"], action, who.decided_by,
+                                   f"{reason} {note}" if note else reason, hook=hook)
     except LookupError as exc:
         return _error(str(exc), 404)
     except ValueError as exc:
@@ -151,12 +189,14 @@ def decide(req: func.HttpRequest) -> func.HttpResponse:
     return _json(outcome)
 
 
-@app.route(route="fleet", methods=[func.HttpMethod.GET])
+@app.route(route="fleet", methods=[func.HttpMethod.GET], auth_level=func.AuthLevel.ANONYMOUS)
 def fleet(req: func.HttpRequest) -> func.HttpResponse:
     """Every VM: last heard, outbox, forwarder version, open events, silent or not (se-fleet status)."""
-    return _json(central().fleet())
+    who = _caller(req, "read")
+    return who if isinstance(who, func.HttpResponse) else _json(central().fleet())
 
 
+# Probes: a function key, on a path App Service authentication excludes (a probe has no Entra token).
 @app.route(route="health", methods=[func.HttpMethod.GET])
 def health(req: func.HttpRequest) -> func.HttpResponse:
     return _json(central().health())

@@ -131,6 +131,13 @@ param policyJson string = ''
 @description('Entra object ids (users or groups) of operators who may read the log store (Storage Table Data Reader).')
 param operatorPrincipalIds array = []
 
+@description('Application (client) id of the operator API app registration: App Service authentication accepts tokens for it (infra/hooks/operator-app.sh creates it and assigns its Operator and Reader app roles).')
+@minLength(36)
+param operatorApiClientId string
+
+@description('Named function keys of integrations allowed to decide on the automation route: a JSON object {"<key name>": "<SHA-256 hex of the key>"} (docs/functions.md); empty: none.')
+param operatorKeySha256 string = ''
+
 @description('A shadow policy evaluated beside the live one, never acting (docs/central.md); empty: none.')
 param policyShadowJson string = ''
 
@@ -439,8 +446,24 @@ module functionApp 'app/function.bicep' = {
     alertTimeoutSeconds: alertTimeoutSeconds
     authnTrustPem: authnTrustPem
     authnMetadataDomains: authnMetadataDomains
+    operatorKeySha256: operatorKeySha256
+    operatorApiClientId: operatorApiClientId
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
+  }
+}
+
+// Operators sign in: App Service authentication in front of the app (401 without a token).
+module auth 'app/auth.bicep' = {
+  name: 'function-auth'
+  scope: rg
+  params: {
+    functionAppName: functionApp.outputs.functionAppName
+    operatorApiClientId: operatorApiClientId
+    excludedPaths: [
+      '/api/health'
+      '/api/automation/*'
+    ]
   }
 }
 

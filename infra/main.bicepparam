@@ -12,6 +12,9 @@ param location = readEnvironmentVariable('AZURE_LOCATION')
 param alertEmailAddress = readEnvironmentVariable('SE_ALERT_EMAIL')
 param alertWebhookUrl = readEnvironmentVariable('SE_ALERT_WEBHOOK_URL', '')
 param alertWebhookFormat = 'generic'
+// Set by infra/hooks/operator-app.sh (azd preprovision), or by you: the operator API's app registration.
+param operatorApiClientId = readEnvironmentVariable('SE_OPERATOR_API_CLIENT_ID')
+param operatorKeySha256 = readEnvironmentVariable('SE_OPERATOR_KEY_SHA256', '')
 param policyJson = empty(readEnvironmentVariable('SE_POLICY_JSON', '')) ? loadTextContent('policy.json') : readEnvironmentVariable('SE_POLICY_JSON', '')
 param policyShadowJson = readEnvironmentVariable('SE_POLICY_SHADOW_JSON', '')
 param keyVaultNameSuffix = readEnvironmentVariable('SE_KEY_VAULT_SUFFIX', '')

@@ -1,10 +1,14 @@
 """`se-fleet status`: the fleet at a glance, from central's GET /api/fleet (any instance answers the same).
 
-    se-fleet status [--url https://<app>.azurewebsites.net] [--key KEY] [--silent-only] [--json]
+    se-fleet status [--url https://<app>.azurewebsites.net] [--api api://<client id>] [--token TOKEN]
+                    [--silent-only] [--json]
 
---url and --key default to $SE_CENTRAL_URL and $SE_FUNCTION_KEY (the Function app's URL and a function
-key: `az functionapp keys list`). Exit codes: 0 every VM live, 1 some VM silent, 3 bad usage, 4 central
-unreachable or not answering. Standard library only (operators' machines differ).
+Signed in as the operator (the Reader or Operator app role; docs/security.md): with --api (default
+$SE_OPERATOR_API, the operator API's app id URI) the token comes from the operator's own login through
+azure-identity (az login, environment, managed identity...); --token (default $SE_OPERATOR_TOKEN) sends a
+token got elsewhere, e.g. `az account get-access-token --resource api://<client id> --query accessToken
+-o tsv`. --url defaults to $SE_CENTRAL_URL. Exit codes: 0 every VM live, 1 some VM silent, 3 bad usage,
+4 central unreachable or refusing, 5 no token (sign in).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
-EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 3, 4
+EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NO_TOKEN = 0, 1, 3, 4, 5
 
 
 class UsageError(Exception):
@@ -29,11 +33,32 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def fetch(url: str, key: str, timeout: float = 30.0) -> Dict[str, Any]:
-    """GET <url>/api/fleet with the function key (the operator's own proxy settings apply)."""
+class NoToken(Exception):
+    pass
+
+
+def operator_token(api: str) -> str:
+    """An access token for the operator API from the operator's own login (azure-identity's chain: az
+    login, environment, managed identity, ...; never a browser prompt from a script)."""
+    try:
+        from azure.core.exceptions import ClientAuthenticationError
+        from azure.identity import DefaultAzureCredential
+    except ImportError:  # pragma: no cover - ops/pyproject.toml installs it
+        raise NoToken("azure-identity is not installed: pip install ./ops, or pass --token") from None
+    try:
+        return DefaultAzureCredential(exclude_interactive_browser_credential=True).get_token(
+            api.rstrip("/") + "/.default").token
+    except ClientAuthenticationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NoToken(f"no token for {api}: sign in (az login) first ({first})") from None
+
+
+def fetch(url: str, token: str, timeout: float = 30.0) -> Dict[str, Any]:
+    """GET <url>/api/fleet as the signed-in operator (the operator's own proxy settings apply)."""
     if not url.startswith(("https://", "http://")):
         raise UsageError(f"--url {url!r}: give the Function app's https:// URL")
-    request = urllib.request.Request(url.rstrip("/") + "/api/fleet", headers={"x-functions-key": key})  # noqa: S310
+    request = urllib.request.Request(url.rstrip("/") + "/api/fleet",  # noqa: S310
+                                     headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
         return json.loads(response.read())
 
@@ -62,8 +87,10 @@ def parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
     status.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
                         help="the Function app's URL (default $SE_CENTRAL_URL)")
-    status.add_argument("--key", default=os.environ.get("SE_FUNCTION_KEY", ""),
-                        help="a function key (default $SE_FUNCTION_KEY)")
+    status.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
+                        help="the operator API's app id URI, api://<client id> (default $SE_OPERATOR_API)")
+    status.add_argument("--token", default=os.environ.get("SE_OPERATOR_TOKEN", ""),
+                        help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
     status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
     status.add_argument("--json", action="store_true", help="central's answer as JSON")
     return top
@@ -73,14 +100,18 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     out = out or sys.stdout
     try:
         args = parser().parse_args(argv)
-        if not args.url or not args.key:
-            raise UsageError("give --url and --key (or set SE_CENTRAL_URL and SE_FUNCTION_KEY)")
-        fleet = fetch(args.url, args.key)
+        if not args.url or not (args.api or args.token):
+            raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
+        fleet = fetch(args.url, args.token or operator_token(args.api))
     except UsageError as exc:
         print(f"se-fleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except NoToken as exc:
+        print(f"se-fleet: {exc}", file=sys.stderr)
+        return EXIT_NO_TOKEN
     except urllib.error.HTTPError as exc:
-        hint = ": check --key" if exc.code == 401 else ""
+        hint = {401: ": sign in again (the token is missing, expired or for another API)",
+                403: ": your account lacks the Reader or Operator app role"}.get(exc.code, "")
         print(f"se-fleet: central answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:

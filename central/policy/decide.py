@@ -32,6 +32,9 @@ REPORT_GRACE = timedelta(seconds=120)
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
 OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
+# decidedBy of a decision taken by hand: a signed-in person ("operator:<name> (<object id>)") or an
+# integration's named function key ("key:<name>"); central.runtime.operator_access says which.
+HAND_DECIDERS = ("operator:", "key:")
 
 
 @dataclass(frozen=True)
@@ -286,7 +289,7 @@ def approval(
     timed_out: bool = False,
 ) -> Verdict:
     """Send the next attempt to the elected leader, or say why none can go."""
-    rule = OPERATOR_RULE if by.startswith("operator:") else by.split(":", 1)[-1]
+    rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
     out = event.outstanding
     leader = elect(
         event,

@@ -1,5 +1,6 @@
 """An operator's decisions as pure verdicts (the HTTP routes' approve, hold and release): who decided is
-recorded as decidedBy "operator:<name>" with rule "operator" (decide.OPERATOR_RULE), like every decision."""
+recorded as decidedBy "operator:<name>" (a signed-in person) or "key:<name>" (an integration's named key)
+with rule "operator" (decide.OPERATOR_RULE), like every decision."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import EventRecord
 from central.model.times import iso
 
-from .decide import NOTHING, OPERATOR_RULE, DecideConfig, FleetView, Verdict, approval
+from .decide import HAND_DECIDERS, NOTHING, OPERATOR_RULE, DecideConfig, FleetView, Verdict, approval
 
 OPERATOR_ACTIONS = ("approve", "hold", "release")
+
+
+def decider(operator: str) -> str:
+    """decidedBy for a decision by hand: as given when it already says "operator:" or "key:", else a
+    person's name ("operator:<name>")."""
+    return operator if operator.startswith(HAND_DECIDERS) else f"operator:{operator}"
 
 
 def operator_approve(
@@ -23,7 +30,7 @@ def operator_approve(
     is lifted). Check `unapprovable` first."""
     if event.outstanding is not None and now < event.outstanding.expires_at:
         return NOTHING
-    by = f"operator:{operator}"
+    by = decider(operator)
     return approval(
         event,
         fleet,
@@ -41,7 +48,7 @@ def operator_approve(
 def operator_hold(event: EventRecord, operator: str, reason: str, now: datetime) -> Verdict:
     """An operator's hold. An attempt committed but never enqueued whose send lease has lapsed is
     revoked with it (`evaluator.apply`); one being sent, or sent, cannot be recalled: the reason says so."""
-    by = f"operator:{operator}"
+    by = decider(operator)
     note = ""
     out = event.outstanding
     if out is not None and out.sent:
@@ -67,7 +74,7 @@ def operator_hold(event: EventRecord, operator: str, reason: str, now: datetime)
 def operator_release(event: EventRecord, operator: str, reason: str) -> Verdict:
     """Release an operator's hold: the policy decides the event again at once (central.runtime.service)."""
     return Verdict("record", "operator-release", "new", OPERATOR_RULE,
-                   reason + "; the policy decides it again", "info", f"operator:{operator}")
+                   reason + "; the policy decides it again", "info", decider(operator))
 
 
 def operator_alert(rec: EventRecord, verdict: Verdict, who: str, why: str, now: datetime) -> Alert:

@@ -9,15 +9,17 @@ May import: central.model, central.policy, central.store, central.intake, centra
 Must never be imported by: model, policy, store, intake, telemetry or cli (tools/import_layers.py).
 
 Public face, the only names function_app.py uses (imported on first use, so indexing the app stays
-cheap): `CentralService`, `configure_metrics` (Application Insights) and `properties_of` (the Event
-Hubs application properties that sender authentication reads).
+cheap): `CentralService`, `configure_metrics` (Application Insights), `properties_of` (the Event
+Hubs application properties that sender authentication reads), and the operator API's callers
+(`operator_access`): `signed_in` (a principal the platform vouched for, with a role) and `named_key` (the
+automation route's named function key).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CentralService", "configure_metrics", "properties_of"]
+__all__ = ["CentralService", "configure_metrics", "named_key", "properties_of", "signed_in"]
 
 
 def __getattr__(name: str) -> Any:
@@ -33,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from central.intake.sender import properties_of
 
         return properties_of
+    if name in ("signed_in", "named_key"):
+        from . import operator_access
+
+        return getattr(operator_access, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

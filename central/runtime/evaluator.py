@@ -20,6 +20,7 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import SEND_LEASE, Approval, EventRecord
 from central.model.vms import VmState
 from central.policy.decide import (
+    HAND_DECIDERS,
     DecideConfig,
     FleetView,
     Verdict,
@@ -225,7 +226,7 @@ def apply(
     decision = record(rec, verdict, now, message_id)
     if verdict.action == "operator-release":
         rec.operator_hold = False
-    if verdict.decided_by.startswith("operator:") and verdict.action == "operator-hold":
+    if verdict.decided_by.startswith(HAND_DECIDERS) and verdict.action == "operator-hold":
         rec.operator_hold = True
         if out is not None and out.revocable(now):  # committed, never enqueued, its sender gone
             out.revoked, out.message = True, None

@@ -90,6 +90,12 @@ param authnTrustPem string
 @description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
 param authnMetadataDomains string
 
+@description('Application (client) id of the operator API app registration: central validates operators\' tokens for it.')
+param operatorApiClientId string
+
+@description('Named function keys that may decide on the automation route: JSON {"<key name>": "<sha256 hex>"}; empty: none.')
+param operatorKeySha256 string
+
 @description('Most instances the app scales out to.')
 @minValue(1)
 @maxValue(1000)
@@ -132,7 +138,14 @@ var appSettingValues = {
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
   AUTHN_TRUST_PEM: authnTrustPem
   AUTHN_METADATA_DOMAINS: authnMetadataDomains
+  OPERATOR_API_AUDIENCE: 'api://${operatorApiClientId}'
+  OPERATOR_API_ISSUERS: 'https://sts.windows.net/${tenant().tenantId}/,${loginEndpoint}${tenant().tenantId}/v2.0'
+  OPERATOR_API_JWKS_URL: '${loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
+  OPERATOR_KEY_SHA256: operatorKeySha256
 }
+
+// The Entra ID authority of this cloud (login.microsoftonline.com in Azure public).
+var loginEndpoint = environment().authentication.loginEndpoint
 
 // Same key set <=> the union adds no key and both have the same count.
 var appSettingNamesMatch = length(union(settingsDoc.settings, appSettingValues)) == length(settingsDoc.settings) && length(appSettingValues) == length(settingsDoc.settings)
@@ -163,8 +176,8 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource site 'Microsoft.Web/sites@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_222: operators call the HTTP routes (pending events, approve/hold, health) from outside; they need function keys. Add access restrictions or a private endpoint to narrow it further. The Event Hubs and timer triggers need no inbound access.
-  // checkov:skip=CKV_AZURE_17: mutual TLS would lock out the operators' HTTP callers (function-key auth); no trigger of this app is reached over inbound HTTPS except those routes.
+  // checkov:skip=CKV_AZURE_222: operators call the HTTP routes (pending events, approve/hold, health) from outside, signed in with Entra ID (auth.bicep); integrations and probes use named function keys. Add access restrictions or a private endpoint to narrow it further. The Event Hubs and timer triggers need no inbound access.
+  // checkov:skip=CKV_AZURE_17: mutual TLS would lock out the operators' HTTP callers (Entra ID tokens, named keys); no trigger of this app is reached over inbound HTTPS except those routes.
   // checkov:skip=CKV_AZURE_212: a Flex Consumption app has no fixed instance count: the scale controller adds instances per Event Hubs partition load, and processing resumes from the checkpoint after an instance fails.
   // checkov:skip=CKV_AZURE_213: Flex Consumption has no load-balancer health-check eviction to configure; the app exposes GET /api/health for external probes, and the alert rules in alerts.bicep watch failures.
   name: functionAppName
@@ -219,7 +232,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_63: site-config check (HTTP logging) misapplied to the appsettings map; logs go to Application Insights.
   // checkov:skip=CKV_AZURE_222: site-config check (public network access) misapplied to the appsettings map; see the site's own skip.
   // checkov:skip=CKV_AZURE_80: .NET Framework version check misapplied; the app runs Python 3.11.
-  // checkov:skip=CKV_AZURE_13: site-config check (App Service Authentication) misapplied to the appsettings map; HTTP routes use function keys.
+  // checkov:skip=CKV_AZURE_13: site-config check (App Service Authentication) misapplied to the appsettings map; authentication is the authsettingsV2 resource in auth.bicep.
   // checkov:skip=CKV_AZURE_88: Azure Files check misapplied; Flex Consumption uses no Azure Files content share.
   // checkov:skip=CKV_AZURE_65: site-config check (detailed error messages) misapplied to the appsettings map.
   parent: site

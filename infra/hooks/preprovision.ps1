@@ -36,3 +36,9 @@ if ($env:SE_POLICY_SHADOW_JSON) {
     }
     Write-Output "preprovision: shadow policy OK (SE_POLICY_SHADOW_JSON)"
 }
+# Operators sign in with Entra ID: the app registration is made by infra/hooks/operator-app.sh (az CLI in
+# Git Bash or WSL), or by hand (docs/deploy.md); either way the deployment needs its client id.
+if (-not $env:SE_OPERATOR_API_CLIENT_ID) {
+    [Console]::Error.WriteLine("preprovision: SE_OPERATOR_API_CLIENT_ID is not set: run infra/hooks/operator-app.sh (Git Bash or WSL) or create the operator API app registration (docs/deploy.md) and 'azd env set SE_OPERATOR_API_CLIENT_ID <client id>'")
+    exit 4
+}

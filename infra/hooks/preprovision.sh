@@ -2,7 +2,8 @@
 # azd's preprovision hook (azure.yaml): the policy about to be deployed must pass `se-policy check`, or
 # nothing is provisioned. The policy is infra/policy.json, or SE_POLICY_JSON when set (the same choice
 # infra/main.bicepparam makes). The az CLI steps in docs/deploy.md run the same script.
-# Exit codes: 0 valid (warnings are printed), 2 invalid policy, 3 se-policy not installed.
+# Then infra/hooks/operator-app.sh: the operator API's Entra app registration and its app roles.
+# Exit codes: 0 valid (warnings are printed), 2 invalid policy, 3 se-policy not installed, 4-5 operator-app.sh.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -39,3 +40,5 @@ if [ -n "${SE_POLICY_SHADOW_JSON:-}" ]; then
   echo "preprovision: shadow policy OK (SE_POLICY_SHADOW_JSON)"
 fi
 echo "preprovision: policy OK ($what)"
+# Operators sign in with Entra ID: the operator API's app registration and its app roles.
+"$here/operator-app.sh"

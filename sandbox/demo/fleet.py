@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import requests
 
 from sandbox import processes
+from sandbox.functions.issuer import LocalIssuer
 from sandbox.imds.client import ImdsSimulator
 
 HUB = "scheduled-events"
@@ -32,6 +33,9 @@ CAPTURE_INTERVAL = 10  # seconds per Capture window (Azure: 60..900); the open o
 CONSUMER_GROUP = "central"
 TABLE_PREFIX = "demo"
 FUNCTION_KEY = "demo-local-function-key"  # the local runner's key (not a secret: loopback only)
+# The demo's signed-in people: app role -> (sign-in name, object id) in the local test issuer's tokens.
+OPERATORS = {"Operator": ("olga.operator@contoso.com", "0c0a4f1e-5d7b-4c55-9a3e-7f2d8e6b1a01"),
+             "Reader": ("rita.reader@contoso.com", "9b8e2d44-1f3a-4e6c-8d2b-5a7c9e0f3b02")}
 HOOK_SECONDS = 1.0  # what the drain hook "takes"
 
 
@@ -61,6 +65,10 @@ POLICY: Dict[str, Any] = {
          "action": "hold", "severity": "warning"},
         {"name": "drain-before-redeploy", "match": {"eventTypes": ["Redeploy"]},
          "action": "approve-after-hook", "severity": "warning"},
+        # a long Freeze waits for a signed-in operator (sandbox/demo/operators.py)
+        {"name": "long-freeze-needs-an-operator",
+         "match": {"eventTypes": ["Freeze"], "durationInSeconds": {"min": 60}},
+         "action": "hold", "severity": "warning"},
     ],
 }
 
@@ -94,6 +102,9 @@ class Fleet:
         self.servers: Dict[str, processes.Server] = {}
         self.forwarders: Dict[str, processes.Server] = {}
         self.imds: Optional[ImdsSimulator] = None
+        # Operators sign in: the runner emulates App Service authentication and trusts this test issuer.
+        self.issuer = LocalIssuer(self.work / "central" / "issuer")
+        self.tokens: Dict[str, str] = {}
 
     # ---- paths ---------------------------------------------------------------------------------
     @property
@@ -241,8 +252,13 @@ class Fleet:
         if s.authenticate:
             values["AUTHN_TRUST_PEM"] = (self.work / "attestation" / "trust.pem").read_text()
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
+        self.issuer.init()
+        values.update(self.issuer.app_settings())  # central validates the tokens itself too, as infra sets it
+        self.tokens = {role: self.issuer.token(name, [role], object_id=oid)
+                       for role, (name, oid) in OPERATORS.items()}
         self.settings_file.write_text(json.dumps(
-            {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}}}, indent=2))
+            {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}},
+             "Auth": self.issuer.auth_section()}, indent=2))
         port = processes.free_port()
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
@@ -300,15 +316,23 @@ class Fleet:
 
     # ---- what the fleet knows -------------------------------------------------------------------
     def central(self, path: str, instance: int = 0) -> Any:
-        """GET an operator route on central instance `instance` (any instance answers the same)."""
+        """GET a route on central instance `instance` (any instance answers the same), signed in as the
+        demo's Operator (health takes the function key: it is outside sign-in, as for probes)."""
+        resp = self.call(path, "Operator", instance=instance)
+        resp.raise_for_status()
+        return resp.json()
+
+    def call(self, path: str, role: str, body: Optional[Dict[str, Any]] = None,
+             instance: int = 0) -> requests.Response:
+        """GET (or POST `body`) /api/<path> on central with the demo's `role` token and the function key."""
         session = requests.Session()
         session.trust_env = False
         server = self.servers[self.runner_names[instance % len(self.runner_names)]]
-        resp = session.get(f"http://{processes.LOOPBACK}:{server.port}/api/{path}",
-                           headers={"x-functions-key": FUNCTION_KEY},
-                           timeout=10)
-        resp.raise_for_status()
-        return resp.json()
+        headers = {"x-functions-key": FUNCTION_KEY, "Authorization": f"Bearer {self.tokens[role]}"}
+        url = f"http://{processes.LOOPBACK}:{server.port}/api/{path}"
+        if body is None:
+            return session.get(url, headers=headers, timeout=10)
+        return session.post(url, headers=headers, json=body, timeout=30)
 
     def wait_until_central_knows_every_vm(self, timeout: float = 45.0) -> float:
         """Central elects leaders among the VMs it has heard from: wait for every forwarder's first

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 from sandbox import processes
-from sandbox.demo import scenario
+from sandbox.demo import operators, scenario
 from sandbox.demo.fleet import Fleet, FleetSettings
 from sandbox.demo.scenario import Check, Evidence, Scene
 
@@ -62,6 +62,10 @@ def run(work: Path = WORK, say: Callable[[str], None] = print,
         scenario.settle(fleet, outcome.plan, timeout=max(1.0, min(20.0, until - time.monotonic())))
         outcome.evidence = scenario.collect(fleet, outcome.plan)
         outcome.checks = scenario.check(outcome.plan, outcome.evidence)
+        rules = (settings.policy or {}).get("rules", [])
+        if any(r.get("name") == "long-freeze-needs-an-operator" for r in rules):
+            say("\nsigned-in operators (App Service authentication emulated; local test issuer's tokens):")
+            outcome.checks += operators.play(fleet, say)
         dead = fleet.exited()
         if dead:
             outcome.error = "a process exited: " + "; ".join(dead)

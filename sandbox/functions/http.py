@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import azure.functions as func
 
+from .easyauth import EasyAuth
 from .loader import FunctionSpec
 from .settings import AppSettings
 
@@ -107,6 +109,9 @@ class HttpTriggers:
             log.warning(
                 'no keys in the settings file\'s "Keys": function-level routes answer 401 to everyone'
             )
+        # App Service authentication in front of the host (sandbox/functions/easyauth.py)
+        self.auth = EasyAuth.for_settings(settings.source)
+        self.auth.environment(os.environ)
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.server.daemon_threads = True
         self.thread: Optional[threading.Thread] = None
@@ -177,6 +182,11 @@ def _handler(triggers: HttpTriggers) -> type:
                 headers = {"Allow": ", ".join(sorted(set(allowed)))} if allowed else {}
                 self._reply(func.HttpResponse(status_code=status, headers=headers))
                 return
+            refused, headers = triggers.auth.filter(parts.path, dict(self.headers.items()))
+            if refused:  # the platform answers before the host sees the request (Return401)
+                log.info("401 %s %s: App Service authentication: %s", self.command, parts.path, refused)
+                self._reply(func.HttpResponse(status_code=401, headers={"WWW-Authenticate": "Bearer"}))
+                return
             presented = self.headers.get("x-functions-key") or query.get("code")
             if not triggers.keys.allows(route.auth_level, route.spec.name, presented):
                 log.info("401 %s %s: missing or wrong function key", self.command, parts.path)
@@ -186,7 +196,7 @@ def _handler(triggers: HttpTriggers) -> type:
             request = func.HttpRequest(
                 self.command,
                 f"http://{self.headers.get('Host', '127.0.0.1')}{self.path}",
-                headers=dict(self.headers.items()),
+                headers=headers,
                 params=query,
                 route_params=params,
                 body=body,

@@ -224,8 +224,9 @@ def test_the_demo_leaves_capture_files_and_their_analysis(demo: Dict[str, Any]) 
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     table = (work / "analysis" / "summary.md").read_text()
     notice = table.split("## Approval lead")[0]
-    for event_type in ("Reboot", "Freeze", "Redeploy", "Preempt"):  # one scene each
+    for event_type in ("Reboot", "Redeploy", "Preempt"):  # one scene each
         assert f"| {event_type} | 1 |" in notice, table
+    assert "| Freeze | 2 |" in notice, table  # scene b and the signed-in operators' scene (operators.py)
     assert "| db |" in table and "| web |" in table  # the fleet's role tags
     assert "0 unreadable, 0 invalid" in demo["out"]
 

@@ -39,10 +39,15 @@ class RunnerFiles:
         values: Dict[str, str],
         keys: Optional[Dict[str, Any]] = None,
         host: Optional[Dict[str, Any]] = None,
+        auth: Optional[Dict[str, Any]] = None,
     ) -> None:
+        """`auth`: the runner's App Service authentication ("Auth" section; sandbox/functions/easyauth.py)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         values = {"FUNCTIONS_WORKER_RUNTIME": "python", "RECORD_FILE": str(self.records), **values}
-        self.settings.write_text(json.dumps({"IsEncrypted": False, "Values": values, "Keys": keys or {}}))
+        document = {"IsEncrypted": False, "Values": values, "Keys": keys or {}}
+        if auth is not None:
+            document["Auth"] = auth
+        self.settings.write_text(json.dumps(document))
         if host is not None:
             self.host_json.write_text(json.dumps(host))
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 
 from central.cli import se_fleet as fleet_cli
 from central.runtime.service import CentralService
 from sandbox import processes
+from sandbox.functions.issuer import LocalIssuer
 from tests.central.factory import Vm, body, event
 
 from .conftest import RunnerFiles, start_runner
 
 KEY = "fleet-function-key"
+TOKENS: Dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +49,12 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
         [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=now + timedelta(hours=1))],
         at=now))], now=now)
     servers = []
+    issuer = LocalIssuer(work / "issuer").init()
+    TOKENS["reader"] = issuer.token("rita@contoso.com", ["Reader"])
+    TOKENS["nobody"] = issuer.token("nora@contoso.com")
     for n in range(2):
         files = RunnerFiles(work / f"central-{n}")
-        files.write(values, keys={"host": {"default": KEY}})
+        files.write(values, keys={"host": {"default": KEY}}, auth=issuer.auth_section())
         servers.append(start_runner(files, "function_app"))
     try:
         yield [f"http://{processes.LOOPBACK}:{s.port}" for s in servers]
@@ -62,7 +67,7 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
 
 def status(url: str, *extra: str) -> tuple:
     out = io.StringIO()
-    code = fleet_cli.main(["status", "--url", url, "--key", KEY, *extra], out=out)
+    code = fleet_cli.main(["status", "--url", url, "--token", TOKENS["reader"], *extra], out=out)
     return code, out.getvalue()
 
 
@@ -89,10 +94,14 @@ def test_status_renders_a_table_and_exits_1_while_a_vm_is_silent(runners: List[s
 
 
 def test_status_says_what_is_wrong_in_one_line(runners: List[str], capsys: pytest.CaptureFixture) -> None:
-    assert fleet_cli.main(["status", "--url", runners[0], "--key", "wrong"], out=io.StringIO()) == 4
-    assert capsys.readouterr().err.strip() == "se-fleet: central answered 401 Unauthorized: check --key"
-    assert fleet_cli.main(["status", "--url", "ftp://x", "--key", "k"], out=io.StringIO()) == 3
+    assert fleet_cli.main(["status", "--url", runners[0], "--token", "not.a.token"], out=io.StringIO()) == 4
+    assert capsys.readouterr().err.strip() == ("se-fleet: central answered 401 Unauthorized: sign in again "
+                                               "(the token is missing, expired or for another API)")
+    nobody = ["status", "--url", runners[0], "--token", TOKENS["nobody"]]
+    assert fleet_cli.main(nobody, out=io.StringIO()) == 4
+    assert capsys.readouterr().err.strip().endswith("your account lacks the Reader or Operator app role")
+    assert fleet_cli.main(["status", "--url", "ftp://x", "--token", "t"], out=io.StringIO()) == 3
     assert fleet_cli.main(["status"], out=io.StringIO()) == 3
     closed = f"http://{processes.LOOPBACK}:{processes.free_port()}"
-    assert fleet_cli.main(["status", "--url", closed, "--key", KEY], out=io.StringIO()) == 4
+    assert fleet_cli.main(["status", "--url", closed, "--token", "t"], out=io.StringIO()) == 4
     assert "is not reachable" in capsys.readouterr().err

@@ -57,6 +57,7 @@ def test_functions_and_their_trigger_types() -> None:
         "pending": "httpTrigger",
         "event": "httpTrigger",
         "decide": "httpTrigger",
+        "decide_by_key": "httpTrigger",
         "fleet": "httpTrigger",
         "health": "httpTrigger",
     }
@@ -80,13 +81,34 @@ def test_http_routes_methods_and_function_auth_level() -> None:
         for name, t in triggers().items()
         if t["type"] == "httpTrigger"
     }
+    # The operators' routes are anonymous to the host: App Service authentication stands in front of them
+    # and central checks the role. The two routes App Service authentication excludes keep a function key.
     assert routes == {
-        "pending": ("events/pending", ("GET",), "function"),
-        "event": ("events/{event_id}", ("GET",), "function"),
-        "decide": ("events/{event_id}/{action}", ("POST",), "function"),
-        "fleet": ("fleet", ("GET",), "function"),
+        "pending": ("events/pending", ("GET",), "anonymous"),
+        "event": ("events/{event_id}", ("GET",), "anonymous"),
+        "decide": ("events/{event_id}/{action}", ("POST",), "anonymous"),
+        "decide_by_key": ("automation/events/{event_id}/{action}", ("POST",), "function"),
+        "fleet": ("fleet", ("GET",), "anonymous"),
         "health": ("health", ("GET",), "function"),
     }
+
+
+def test_only_key_guarded_routes_are_outside_sign_in_in_infra_and_the_sandbox() -> None:
+    """A route excluded from App Service authentication and anonymous to the host would be open to all."""
+    from sandbox.functions.easyauth import EasyAuth
+    from sandbox.functions.issuer import EXCLUDED_PATHS
+
+    main = (REPO / "infra" / "main.bicep").read_text()
+    block = re.search(r"excludedPaths: \[(.*?)\]", main, re.S)
+    assert block, "infra/main.bicep passes excludedPaths to app/auth.bicep"
+    assert re.findall(r"'([^']+)'", block.group(1)) == EXCLUDED_PATHS
+    gate = EasyAuth(True, excluded_paths=EXCLUDED_PATHS)
+    for name, trigger in triggers().items():
+        if trigger["type"] != "httpTrigger":
+            continue
+        path = "/api/" + re.sub(r"\{[^}]+\}", "x", trigger["route"])
+        if gate.excluded(path):
+            assert trigger["authLevel"].lower() == "function", f"{name} is outside sign-in without a key"
 
 
 def test_every_binding_expression_is_a_declared_app_setting() -> None:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 
 from central.runtime.service import CentralService
 from sandbox import processes
+from sandbox.functions.issuer import LocalIssuer
 from sandbox.functions.loader import load_functions
 from tests.central.factory import Vm, body, event
 
@@ -29,6 +30,8 @@ KEY = "contract-function-key"
 PREFIX = "contract"
 NOW = datetime.now(timezone.utc)
 schema = schemathesis.openapi.from_path(SPEC)
+# Both of the spec's security schemes at once: the host's key (health, automation) and an Operator's token.
+HEADERS = {"x-functions-key": KEY}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,9 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     seed(CentralService.from_settings(values))
     files = RunnerFiles(work / "central")
-    files.write(values, keys={"host": {"default": KEY}})
+    issuer = LocalIssuer(work / "issuer").init()
+    files.write(values, keys={"host": {"default": KEY}}, auth=issuer.auth_section())
+    HEADERS["Authorization"] = "Bearer " + issuer.token("contract@example.com", ["Operator"])
     runner = start_runner(files, "function_app")
     try:
         yield f"http://{processes.LOOPBACK}:{runner.port}/api"
@@ -78,13 +83,13 @@ def seed(svc: CentralService) -> None:
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 def test_every_route_answers_as_the_spec_says(case: schemathesis.Case, api: str) -> None:
-    case.call_and_validate(base_url=api, headers={"x-functions-key": KEY})
+    case.call_and_validate(base_url=api, headers=HEADERS)
 
 
 def test_known_events_answer_with_their_history_and_errors_are_json(api: str) -> None:
     session = requests.Session()
     session.trust_env = False
-    headers = {"x-functions-key": KEY}
+    headers = dict(HEADERS)
     got = session.get(f"{api}/events/e-open-2", headers=headers, timeout=10)  # any case
     assert got.status_code == 200 and got.json()["operatorHold"] is True
     assert [d["action"] for d in got.json()["decisions"]] == ["hold", "operator-hold"]

@@ -25,7 +25,9 @@ SE_POLICY = REPO / ".venv" / "bin" / "se-policy"
 
 
 def _hook(env: Optional[Dict[str, str]] = None, script: Path = HOOK) -> subprocess.CompletedProcess:
-    environ = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+    # The operator API's registration is given (infra/hooks/operator-app.sh then needs no az).
+    environ = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
+               "SE_OPERATOR_API_CLIENT_ID": "5d0c6a1e-2b3f-4c7d-8e9a-0b1c2d3e4f50"}
     environ.update(env or {})
     return subprocess.run(["sh", str(script)], capture_output=True, text=True, env=environ, timeout=60)
 

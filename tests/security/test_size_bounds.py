@@ -4,6 +4,7 @@ an envelope at central, and an operator decision posted to the Function app."""
 
 from __future__ import annotations
 
+import base64
 import json
 import tracemalloc
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import pytest
 
 import schemas
 from central.intake import parse as central_envelopes
@@ -99,9 +101,15 @@ def _decide() -> Any:
     return next(spec.callable for spec in load_functions("function_app") if spec.name == "decide")
 
 
-def test_a_huge_operator_decision_body_gets_413_with_a_clear_error() -> None:
-    body = json.dumps({"operator": "ops", "reason": "r" * (5 * MB)}).encode()
+def test_a_huge_operator_decision_body_gets_413_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A signed-in Operator, as the platform passes one (central reads it only with WEBSITE_AUTH_ENABLED).
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
+    principal = base64.b64encode(json.dumps({"claims": [
+        {"typ": "oid", "val": "o-1"}, {"typ": "preferred_username", "val": "ops@example.com"},
+        {"typ": "roles", "val": "Operator"}]}).encode()).decode()
+    body = json.dumps({"reason": "r" * (5 * MB)}).encode()
     req = func.HttpRequest("POST", "/api/events/E1/approve", body=body,
+                           headers={"X-MS-CLIENT-PRINCIPAL": principal},
                            route_params={"event_id": "E1", "action": "approve"})
     resp = _decide()(req)  # refused before central is built: no settings or storage needed
     assert resp.status_code == 413
