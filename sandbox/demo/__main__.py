@@ -1,8 +1,9 @@
-"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install]`: run the demo, print
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install] | --serve`: run the demo, print
 the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With
 --capture the hub also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on
 them. With --fresh-install the fleet is a new operator's (default policy, no custom hook) and the scenes are
-the impactful events that must then pass quietly: approved plainly, no critical alert."""
+the impactful events that must then pass quietly: approved plainly, no critical alert. With --serve: the practice
+fleet (sandbox/demo/practice.py), at real time and up until Ctrl-C (exit 0), with commands to paste."""
 
 from __future__ import annotations
 
@@ -59,7 +60,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="default policy (no POLICY_JSON), forwarders with default settings and no "
                              "custom hook: a Reboot, a Redeploy and a long Freeze, each approved with no "
                              "critical alert")
+    parser.add_argument("--serve", action="store_true",
+                        help="the practice fleet: real time, a policy that leaves events pending, up until "
+                             "Ctrl-C; prints the central URL, the function key and commands to paste")
     args = parser.parse_args(argv)
+    if args.serve:
+        from sandbox.demo.practice import serve
+
+        return serve(args.work, say=lambda text: print(text, flush=True))
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
