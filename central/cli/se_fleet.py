@@ -48,7 +48,8 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
         rows.append((vm["name"], ",".join(g.split(":", 1)[-1] for g in vm["groups"]) or "-",
                      vm.get("lastSeen") or "never", str(vm["outboxBacklog"]), str(vm["outboxDropped"]),
                      vm.get("forwarderVersion") or "-",
-                     ",".join(e[:8] + (f"({states[e]})" if e in states else "") for e in events[:3]) + (f" +{len(events) - 3}" if len(events) > 3 else "")
+                     ",".join(e[:8] + (f"({states[e]})" if e in states else "")
+                              for e in events[:3]) + (f" +{len(events) - 3}" if len(events) > 3 else "")
                      or "-", "SILENT" if vm["silent"] else "live"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]

@@ -1,9 +1,10 @@
-"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install] | --serve`: run the demo, print
-the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With
---capture the hub also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on
-them. With --fresh-install the fleet is a new operator's (default policy, no custom hook) and the scenes are
-the impactful events that must then pass quietly: approved plainly, no critical alert. With --serve: the practice
-fleet (sandbox/demo/practice.py), at real time and up until Ctrl-C (exit 0), with commands to paste."""
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install] | --serve`: run
+the demo, print the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130:
+interrupted). With --capture the hub also writes Capture Avro files (kept in <work>/capture) and the example
+analysis runs on them. With --fresh-install the fleet is a new operator's (default policy, no custom hook)
+and the scenes are the impactful events that must then pass quietly: approved plainly, no critical alert.
+With --serve: the practice fleet (sandbox/demo/practice.py), at real time and up until Ctrl-C (exit 0),
+with commands to paste."""
 
 from __future__ import annotations
 

@@ -57,11 +57,11 @@ def commands(fleet: Fleet) -> Tuple[Dict[str, str], List[Tuple[str, str]]]:
     new_id = f"{sys.executable} -c 'import json,sys; print(json.load(sys.stdin)[\"eventId\"])'"
 
     def add(body: str) -> str:  # the simulator's admin API schedules it; EVENT holds its EventId after
-        return (f"EVENT=$(curl -sf -X POST -H 'Content-Type: application/json' -d '{body}' \"$IMDS_ADMIN/events\""
-                f" | {new_id}) && echo \"EVENT=$EVENT\"")
+        return (f"EVENT=$(curl -sf -X POST -H 'Content-Type: application/json' -d '{body}' "
+                f"\"$IMDS_ADMIN/events\" | {new_id}) && echo \"EVENT=$EVENT\"")
 
     cmds = [
-        ("add-event: a Platform Reboot on vm-a (web: waits for the closed window, which opens after NotBefore)",
+        ("add-event: a Platform Reboot on vm-a (web: waits for the window, which opens after NotBefore)",
          add('{"eventType": "Reboot", "resources": ["vm-a"]}')),
         ("add-db-event: a 30 s Freeze on vm-b and vm-c (db: held by the policy until a person decides)",
          add('{"eventType": "Freeze", "resources": ["vm-b", "vm-c"], "durationInSeconds": 30}')),
@@ -74,7 +74,8 @@ def commands(fleet: Fleet) -> Tuple[Dict[str, str], List[Tuple[str, str]]]:
         ("approve: now, to the leader VM (add \"hook\": true to drain first)",
          f'curl -s -X POST {key} {body % "practice: approved on call"} '
          '"$SE_CENTRAL_URL/api/events/$EVENT/approve"'),
-        ("imds: what the VM sees (Started and approvedBy once approved)", 'curl -s "$IMDS_ADMIN/events/$EVENT"'),
+        ("imds: what the VM sees (Started and approvedBy once approved)",
+         'curl -s "$IMDS_ADMIN/events/$EVENT"'),
         ("fleet: every VM, its open events and their states (reads SE_CENTRAL_URL, SE_FUNCTION_KEY)",
          f"{se_fleet} status"),
     ]
@@ -92,7 +93,8 @@ def banner(fleet: Fleet, policy: Dict[str, Any]) -> str:
         f"IMDS admin:   {env['IMDS_ADMIN']}",
         f"policy: db VMs (vm-b, vm-c) held; web VM (vm-a) approved in window web-nightly "
         f"{window.get('start')}-{window.get('end')} UTC (closed now); time scale 1 (real time)",
-        f"logs and settings: {fleet.work} (central/local.settings.json, functions.log, <vm>/forwarder-<vm>.log)",
+        f"logs and settings: {fleet.work} (central/local.settings.json, functions.log, "
+        "<vm>/forwarder-<vm>.log)",
         "",
         "paste into a shell (also in " + str(fleet.work / "sandbox.env") + "):",
         *[f"export {k}={v}" for k, v in env.items()],
@@ -113,8 +115,8 @@ def serve(work: Path, say: Callable[[str], None] = print, stop: Optional[threadi
             signal.signal(sig, lambda *_: stop.set())
     settings = practice_settings(work)
     fleet = Fleet(settings)
-    say(f"starting the practice fleet: Azurite, Event Hubs, the IMDS simulator ({len(settings.vms)} VMs, real "
-        f"time), the webhook receiver, {settings.central_instances} central instances and "
+    say(f"starting the practice fleet: Azurite, Event Hubs, the IMDS simulator ({len(settings.vms)} VMs, "
+        f"real time), the webhook receiver, {settings.central_instances} central instances and "
         f"{len(settings.vms)} forwarders (logs in {work})")
     try:
         fleet.start()

@@ -316,9 +316,9 @@ def _sh(command: str, env: Dict[str, str], event: str = "", raw: bool = False) -
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list child processes")
 def test_the_practice_fleet_drives_hold_release_approve_through_its_printed_commands(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox.demo", "--serve", "--work", str(tmp_path / "work")],
-                            cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    argv = [sys.executable, "-m", "sandbox.demo", "--serve", "--work", str(tmp_path / "work")]
+    proc = subprocess.Popen(argv, cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children: Set[int] = set()
     try:
         assert proc.stdout is not None
@@ -370,7 +370,8 @@ def test_the_practice_fleet_drives_hold_release_approve_through_its_printed_comm
         assert ops == ["operator-hold", "operator-release", "operator-approve"], history["decisions"]
         fleet = subprocess.run(["bash", "-c", cmds["fleet"]], env={**os.environ, **env}, capture_output=True,
                                text=True, timeout=60)
-        assert f"{event[:8]}(approv" in fleet.stdout and fleet.returncode in (0, 1), (fleet.stdout, fleet.stderr)
+        assert f"{event[:8]}(approv" in fleet.stdout and fleet.returncode in (0, 1), (fleet.stdout,
+                                                                                      fleet.stderr)
         os.kill(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
     finally:
