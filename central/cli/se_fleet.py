@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
+from central.cli.closed_pipe import survives_closed_pipe
+
 EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 3, 4
 
 
@@ -71,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+@survives_closed_pipe
 def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     try:
