@@ -36,7 +36,7 @@ def write_evidence(outcome: Outcome, path: Path) -> None:
     path.write_text(json.dumps(doc, default=str, indent=1))
 
 
-def _analyse_capture(work: Path) -> None:
+def _analyse_capture(work: Path, time_scale: float) -> None:
     files = sorted((work / "capture").rglob("*.avro"))
     print(f"\ncapture: {len(files)} Avro file(s) in {work / 'capture'} "
           "(<namespace>/<hub>/<partition>/<yyyy>/<mm>/<dd>/<hh>/<mm>/<ss>.avro)")
@@ -45,7 +45,7 @@ def _analyse_capture(work: Path) -> None:
     from examples.analysis.__main__ import main as analyse
 
     command = ["--dir", str(work / "capture"), "--group-by", "tag:role", "--out", str(work / "analysis"),
-               "--export", str(work / "envelopes.jsonl")]
+               "--export", str(work / "envelopes.jsonl"), "--time-scale", f"{time_scale:g}"]
     print("analysis: python -m examples.analysis " + " ".join(command), flush=True)
     analyse(command)
 
@@ -91,7 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.evidence is not None:
         write_evidence(outcome, args.evidence)
     if args.capture:
-        _analyse_capture(args.work)
+        _analyse_capture(args.work, settings.time_scale)
     missing = [c for c in outcome.checks if not c.ok]
     if outcome.ok:
         verdict = "passed"
