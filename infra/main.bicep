@@ -131,6 +131,9 @@ param policyJson string = ''
 @description('Entra object ids (users or groups) of operators who may read the log store (Storage Table Data Reader).')
 param operatorPrincipalIds array = []
 
+@description('Entra object ids (users or groups) of analysts: Storage Blob Data Reader on the Capture container (when Capture is on) and Azure Event Hubs Data Receiver on the hub.')
+param analystPrincipalIds array = []
+
 @description('A shadow policy evaluated beside the live one, never acting (docs/central.md); empty: none.')
 param policyShadowJson string = ''
 
@@ -400,6 +403,9 @@ module roles 'app/roles.bicep' = {
     functionPrincipalId: identities.outputs.functionIdentityPrincipalId
     vmPrincipalId: identities.outputs.vmIdentityPrincipalId
     operatorPrincipalIds: operatorPrincipalIds
+    analystPrincipalIds: analystPrincipalIds
+    captureContainerName: captureContainerName
+    captureEnabled: captureEnabled
   }
 }
 
