@@ -366,7 +366,7 @@ def test_the_practice_fleet_drives_hold_release_approve_through_its_printed_comm
             time.sleep(1)
         assert sim.get("approvedBy") == ["vm-a"] and sim["state"] in ("Started", "gone", "Gone"), sim
         history = _sh(cmds["event"], env, event)
-        ops = [d["action"] for d in history["decisions"] if str(d["decidedBy"]).startswith("operator:")]
+        ops = [d["action"] for d in history["decisions"] if str(d["action"]).startswith("operator-")]
         assert ops == ["operator-hold", "operator-release", "operator-approve"], history["decisions"]
         fleet = subprocess.run(["bash", "-c", cmds["fleet"]], env={**os.environ, **env}, capture_output=True,
                                text=True, timeout=60)
