@@ -375,9 +375,16 @@ def test_the_practice_fleet_drives_hold_release_approve_through_its_printed_comm
         os.kill(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        if proc.poll() is None:  # a failed assertion above: SIGINT first, so the fleet stops its children
+            os.kill(proc.pid, signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            for pid in children:  # anything it could not stop
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 0, rest
     assert "stopped" in rest
     assert children and [pid for pid in children if _alive(pid)] == []
