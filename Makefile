@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test test-quick lint bench fault wheelhouse clean
+.PHONY: demo sandbox test test-quick lint bench fault wheelhouse clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml ops/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ DEMO_ARGS ?=
 demo: bootstrap
 	$(PY) -m sandbox.demo $(DEMO_ARGS)
 
+# The practice fleet for operators on call: real time, events stay pending, up until Ctrl-C (docs/demo.md).
+sandbox: bootstrap
+	$(PY) -m sandbox.demo --serve --work .sandbox
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -47,7 +51,7 @@ fault: bootstrap
 	$(PY) -m pytest -m slow -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) node_modules .demo .state build dist wheelhouse *.egg-info
+	rm -rf $(VENV) node_modules .demo .sandbox .state build dist wheelhouse *.egg-info
 
 # ---- infra (issue 6) ----
 # checkov runs in its own venv: it pins its own dependency versions (pycep-parser, ...).

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__, exitcodes, logs
+from .closed_pipe import survives_closed_pipe
 from .config import SETTINGS, Config, ConfigError, Setting, load
 
 EXIT_OK = exitcodes.OK
@@ -106,6 +107,7 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k not in ("command", "event_id", "hook", "json")}
 
 
+@survives_closed_pipe
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("run", "check"):

@@ -138,6 +138,9 @@ param operatorApiClientId string
 @description('Named function keys of integrations allowed to decide on the automation route: a JSON object {"<key name>": "<SHA-256 hex of the key>"} (docs/functions.md); empty: none.')
 param operatorKeySha256 string = ''
 
+@description('Entra object ids (users or groups) of analysts: Storage Blob Data Reader on the Capture container (when Capture is on) and Azure Event Hubs Data Receiver on the hub.')
+param analystPrincipalIds array = []
+
 @description('A shadow policy evaluated beside the live one, never acting (docs/central.md); empty: none.')
 param policyShadowJson string = ''
 
@@ -407,6 +410,9 @@ module roles 'app/roles.bicep' = {
     functionPrincipalId: identities.outputs.functionIdentityPrincipalId
     vmPrincipalId: identities.outputs.vmIdentityPrincipalId
     operatorPrincipalIds: operatorPrincipalIds
+    analystPrincipalIds: analystPrincipalIds
+    captureContainerName: captureContainerName
+    captureEnabled: captureEnabled
   }
 }
 

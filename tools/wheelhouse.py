@@ -3,9 +3,9 @@
 Output in wheelhouse/:
 - se-forwarder-linux.tar.gz: wheels/ (the forwarder + infra/forwarder/requirements-vm.txt's exact pins,
   binary wheels for manylinux x86_64 and every CPython in --python), requirements-vm.txt,
-  se-forwarder.service, install-forwarder.sh
+  se-forwarder.service, install-forwarder.sh, forwarder.md (docs/forwarder.md: the unit's Documentation=)
 - se-forwarder-windows.zip: the same wheels for win_amd64, requirements-vm.txt, run-forwarder.ps1,
-  install-forwarder.ps1
+  install-forwarder.ps1, forwarder.md
 - install-forwarder.sh and install-forwarder.ps1 next to them (the CustomScript extension downloads
   the script and the bundle separately), and SHA256SUMS.
 Upload them all to the artifacts container (docs/deploy.md). This machine needs PyPI; the VMs do not.
@@ -27,6 +27,7 @@ from typing import Dict, List, Sequence
 REPO = Path(__file__).resolve().parent.parent
 FORWARDER_DIR = REPO / "infra" / "forwarder"
 LOCK = FORWARDER_DIR / "requirements-vm.txt"
+DOC = REPO / "docs" / "forwarder.md"
 DEFAULT_PYTHONS = ("3.9.2", "3.10", "3.11", "3.12", "3.13")
 PLATFORMS: Dict[str, Sequence[str]] = {
     "linux": ("manylinux_2_28_x86_64", "manylinux2014_x86_64"),
@@ -77,6 +78,7 @@ def build(out: Path, targets: Sequence[str], pythons: Sequence[str]) -> List[Pat
             shutil.copy2(forwarder_wheel, wheels)
             download_dependencies(wheels, PLATFORMS[target], pythons)
             shutil.copy2(LOCK, stage / LOCK.name)
+            shutil.copy2(DOC, stage / DOC.name)  # the unit's Documentation= page, installed with the program
             for name in BUNDLE_FILES[target]:
                 shutil.copy2(FORWARDER_DIR / name, stage / name)
                 shutil.copy2(FORWARDER_DIR / name, out / name)

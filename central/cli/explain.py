@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from central.model.times import aware, iso, parse
 from central.model.vms import VmState
 from central.policy import budgets as budget_math
+from central.policy.decide import STARTS_AT_NOTBEFORE
 from central.policy.document import DEFAULT_RULES, Policy, WindowWait, window_wait
 from central.policy.lint import EVENT_TYPES
 from central.policy.matching import Miss
@@ -154,7 +155,7 @@ def explain(
         out.outcome, out.reason = "not-scheduled", f"the event is {event.status}: nothing is left to decide"
         return out
     if event.not_before is not None and now >= event.not_before:
-        out.outcome = "starts-at-notbefore"
+        out.outcome = STARTS_AT_NOTBEFORE
         out.reason = f"NotBefore {iso(event.not_before)} has passed: Azure starts the event"
         return out
     if rule.action == "hold":
@@ -165,7 +166,7 @@ def explain(
         message = "hook-then-approve" if rule.hook else "approve"
         out.window = window_wait(policy.windows[rule.window or ""], now, event.not_before)
         if not out.window.open_now:
-            out.outcome = "starts-at-notbefore" if out.window.after_not_before else "wait-window"
+            out.outcome = STARTS_AT_NOTBEFORE if out.window.after_not_before else "wait-window"
             out.reason = f"rule {rule.name}: {out.window.reason()}"
             return out
     chosen = policy.budgets_of(rule)

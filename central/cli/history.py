@@ -42,7 +42,9 @@ def from_store(service: Any, table_prefix: str, since: datetime) -> History:
         found = (rows.vm_from_entity(dict(e)) for e in client.query_entities("Kind eq 'vm'"))
         vms = {vm.name: vm for vm in found}
     except ResourceNotFoundError:
-        raise HistoryError(f"no table {table_prefix}State in this account: check --table-prefix") from None
+        raise HistoryError(f"no table {table_prefix}State in this account: give --table-prefix, the Function "
+                           "app's TABLE_PREFIX (az functionapp config appsettings list -g RG -n APP "
+                           "--query \"[?name=='TABLE_PREFIX'].value\" -o tsv)") from None
     except AzureError as exc:
         raise HistoryError(f"cannot read the log store: {type(exc).__name__}: {str(exc)[:300]}") from None
     return past, vms

@@ -21,6 +21,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
+from central.cli.closed_pipe import survives_closed_pipe
+
 EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NO_TOKEN = 0, 1, 3, 4, 5
 
 
@@ -69,10 +71,12 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
         if silent_only and not vm["silent"]:
             continue
         events = vm["openEvents"]
+        states = vm.get("openEventStates") or {}
         rows.append((vm["name"], ",".join(g.split(":", 1)[-1] for g in vm["groups"]) or "-",
                      vm.get("lastSeen") or "never", str(vm["outboxBacklog"]), str(vm["outboxDropped"]),
                      vm.get("forwarderVersion") or "-",
-                     ",".join(e[:8] for e in events[:3]) + (f" +{len(events) - 3}" if len(events) > 3 else "")
+                     ",".join(e[:8] + (f"({states[e]})" if e in states else "")
+                              for e in events[:3]) + (f" +{len(events) - 3}" if len(events) > 3 else "")
                      or "-", "SILENT" if vm["silent"] else "live"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
@@ -96,6 +100,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+@survives_closed_pipe
 def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     try:

@@ -25,6 +25,7 @@ from central.policy import document as policy_mod
 from central.policy.lint import lint
 from central.policy.validation import Finding, document_errors, path_key
 
+from .closed_pipe import survives_closed_pipe
 from .explain import Explanation, event_from_json, explain, vm_from_json
 
 EXIT_OK, EXIT_WARNINGS, EXIT_INVALID, EXIT_USAGE = 0, 1, 2, 3
@@ -141,6 +142,12 @@ def render_explanation(result: Explanation, out: TextIO) -> None:
     for b in data["budgets"]:
         print(f"  budget {b['budget']}: group {b['group']}, {b['groupSize']} known VM(s), limit {b['limit']}",
               file=out)
+    win = data["window"]
+    if win:  # the window's own hours in its zone, and when it next opens there and in UTC
+        local = f" = {win['nextOpenLocal']}" if win.get("nextOpenLocal") else ""
+        print(f"window {win['window']}: {win['localHours']} {win['timeZone']}; "
+              f"{'open now' if win['openNow'] else 'next opens ' + str(win['nextOpen'] or 'never') + local}",
+              file=out)
     print(f"outcome: {data['outcome']}: {data['reason']}", file=out)
 
 
@@ -191,6 +198,7 @@ def cmd_whatif(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(exc)) from None
 
 
+@survives_closed_pipe
 def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     try:

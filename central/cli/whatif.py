@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from central.model.events import EventRecord
 from central.model.times import iso
 from central.model.vms import VmState
-from central.policy.decide import DecideConfig, FleetView, decide
+from central.policy.decide import STARTS_AT_NOTBEFORE, DecideConfig, FleetView, decide
 from central.policy.document import Policy
 
 DEFAULT_IMPACT = timedelta(minutes=10)  # Started -> gone, when the history does not say
@@ -142,7 +142,7 @@ def summary(results: Sequence[Replayed]) -> Dict[str, int]:
     for r in results:
         counts[r.change] += 1
     counts["budgetWaits"] = sum(1 for r in results if "waiting-budget" in r.waits)
-    counts["windowWaits"] = sum(1 for r in results if "waiting-window" in r.waits)
+    counts["windowWaits"] = sum(1 for r in results if {"waiting-window", STARTS_AT_NOTBEFORE} & set(r.waits))
     counts["events"] = len(results)
     return counts
 

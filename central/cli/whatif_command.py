@@ -21,6 +21,7 @@ from central.model.times import iso
 from central.policy.document import Policy
 
 EXIT_HISTORY = 4  # the history cannot be read (store unreachable, unreadable file)
+DEFAULT_TABLE_PREFIX = "scheduledevents"  # infra/main.bicep's tablePrefix default: a deployment's tables
 
 
 class UsageError(Exception):
@@ -38,7 +39,9 @@ def add_parser(sub: Any) -> None:
     cmd.add_argument("--connection-string", help="log store connection string (Azurite); default "
                                                  "$SE_STORAGE_CONNECTION_STRING")
     cmd.add_argument("--table-endpoint", help="https://<account>.table.core.windows.net (your Azure login)")
-    cmd.add_argument("--table-prefix", default="", help="TABLE_PREFIX of the deployment (default none)")
+    cmd.add_argument("--table-prefix", default=DEFAULT_TABLE_PREFIX,
+                     help=f"the Function app's TABLE_PREFIX (default {DEFAULT_TABLE_PREFIX!r}, as infra "
+                          "deploys it; '' for none)")
     cmd.add_argument("--now", help="the end of --since (ISO 8601; default: now)")
     cmd.add_argument("--step", type=int, default=60, help="replay step in seconds (default 60)")
     cmd.add_argument("--json", action="store_true", help="every event and the summary as JSON")

@@ -126,8 +126,8 @@ class EventRecord:
     ever_started: bool = False
     decision: Dict[str, Any] = field(default_factory=dict)  # latest: action, rule, reason, severity, at, by
     decision_seq: int = 0
-    state: str = "new"  # new | approving | approved | held | waiting-window | waiting-budget | no-leader
-    # | approval-failed | expired | ended
+    state: str = "new"  # new | approving | approved | held | waiting-window | starts-at-notbefore
+    # | waiting-budget | no-leader | approval-failed | expired | ended
     approvals: List[Approval] = field(default_factory=list)
     outcome: Optional[str] = None
     outcome_at: Optional[datetime] = None

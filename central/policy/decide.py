@@ -31,6 +31,9 @@ IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore pa
 REPORT_GRACE = timedelta(seconds=120)
 DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
+# approve-in-window whose window opens only after NotBefore: no approval is ever sent, Azure starts the event
+# at NotBefore. One name for it in the event view, the fleet view and `se-policy explain`.
+STARTS_AT_NOTBEFORE = "starts-at-notbefore"
 OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
 # decidedBy of a decision taken by hand: a signed-in person ("operator:<name> (<object id>)") or an
 # integration's named function key ("key:<name>"); central.runtime.operator_access says which.
@@ -224,11 +227,11 @@ def _by_policy(
         window = policy.windows[rule.window or ""]
         msg_action = "hook-then-approve" if rule.hook else "approve"
         wait = window_wait(window, now, event.not_before)
-        if not wait.open_now:  # the reason says so when the window opens only after NotBefore
+        if not wait.open_now:  # a window that opens only after NotBefore never approves: a state of its own
             return Verdict(
                 "record",
                 "approve-in-window",
-                "waiting-window",
+                STARTS_AT_NOTBEFORE if wait.after_not_before else "waiting-window",
                 rule.name,
                 wait.reason(),
                 rule.severity,

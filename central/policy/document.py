@@ -82,6 +82,21 @@ class WindowWait:
     open_now: bool
     next_open: Optional[datetime]
     not_before: Optional[datetime]
+    zone: str = "UTC"  # the window's own zone: its times are shown there too
+    start: int = 0  # the window's local start and end (minutes after midnight), for display
+    end: int = 0
+
+    def local(self, when: Optional[datetime]) -> str:
+        """`when` in the window's zone, e.g. "Sat 02:00 Europe/Berlin" ("" for UTC windows or none)."""
+        if when is None or self.zone == "UTC":
+            return ""
+        return f"{when.astimezone(ZoneInfo(self.zone)):%a %H:%M} {self.zone}"
+
+    def _when(self) -> str:
+        if self.next_open is None:
+            return "never"
+        local = self.local(self.next_open)
+        return iso(self.next_open) + (f" ({local})" if local else "")
 
     @property
     def after_not_before(self) -> bool:
@@ -93,25 +108,29 @@ class WindowWait:
     def reason(self) -> str:
         if self.open_now:
             return f"window {self.name} is open"
-        when = iso(self.next_open) if self.next_open else "never"
+        when = self._when()
         if self.after_not_before:
             nb = iso(self.not_before) if self.not_before else "?"
+            nb += f" ({self.local(self.not_before)})" if self.local(self.not_before) else ""
             return (f"window {self.name} opens {when}, after NotBefore {nb}: no approval is sent and Azure "
                     "starts the event at NotBefore (a policy can only let events start early)")
         return f"waiting for window {self.name} (next opens {when})"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"window": self.name, "openNow": self.open_now,
+        hours = f"{self.start // 60:02d}:{self.start % 60:02d}-{self.end // 60:02d}:{self.end % 60:02d}"
+        return {"window": self.name, "openNow": self.open_now, "timeZone": self.zone, "localHours": hours,
                 "nextOpen": iso(self.next_open) if self.next_open else None,
+                "nextOpenLocal": self.local(self.next_open) or None,
                 "opensAfterNotBefore": self.after_not_before, "reason": self.reason()}
 
 
 def window_wait(window: Window, now: datetime, not_before: Optional[datetime]) -> WindowWait:
     """The window's state for an event at `now` (the decide code's "waiting-window" reason)."""
     now = aware(now)
+    shown = {"zone": window.zone, "start": window.start, "end": window.end}
     if window.contains(now):
-        return WindowWait(window.name, True, now, not_before)
-    return WindowWait(window.name, False, window.next_open(now), not_before)
+        return WindowWait(window.name, True, now, not_before, **shown)
+    return WindowWait(window.name, False, window.next_open(now), not_before, **shown)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
 - a window that can be closed longer than Microsoft's minimum notice for the rule's event types
   (warning): a policy can only let an event start early; Azure starts it at NotBefore whatever the
   policy says, so such an event, scheduled while the window is closed, starts outside it;
-- `"hook": true` on an action that does not read it (warning).
+- `"hook": true` on an action that does not read it (warning);
+- a window whose start is after its end and which is open more than 12 h a day: most likely swapped
+  (warning, with both readings' hours).
 
 Run central.policy.validation.document_errors first: lint needs a document that loads.
 """
@@ -138,6 +140,27 @@ def window_notice(index: int, rule: Rule, window: Optional[Window]) -> List[Find
         severity="warning", code="window-after-notice")]
 
 
+def _clock(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def window_swapped(window: Window) -> List[Finding]:
+    """An end before start reads as an overnight window; open longer than it is closed, it is most likely a
+    start and end swapped (06:00-02:00 is 20 h open, 02:00-06:00 the 4 h meant)."""
+    if window.end >= window.start or window.end == 0:  # ..-00:00 is "until midnight", meant that way
+        return []
+    length = window.end - window.start + 24 * 60
+    if length <= 12 * 60:
+        return []
+    start, end = _clock(window.start), _clock(window.end)
+    return [Finding(
+        pointer(["windows", window.name]),
+        f"start {start} is after end {end}: read as an overnight window, open {_duration(length)} a day "
+        f"({start} to {end} the next day, {window.zone})",
+        f"if you meant {end}-{start} ({_duration(24 * 60 - length)} a day), swap start and end",
+        severity="warning", code="window-swapped")]
+
+
 def hook_unused(index: int, rule: Rule) -> List[Finding]:
     if not rule.hook or rule.action == "approve-in-window":
         return []
@@ -160,6 +183,8 @@ def lint(policy: Policy) -> List[Finding]:
     """Findings on a loaded policy's own rules (the appended defaults are not judged)."""
     own = own_rules(policy)
     out = shadowed(own)
+    for window in policy.windows.values():
+        out += window_swapped(window)
     for i, rule in enumerate(own):
         out += window_notice(i, rule, policy.windows.get(rule.window or ""))
         out += hook_unused(i, rule)

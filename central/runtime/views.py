@@ -119,8 +119,10 @@ def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: dat
     state.refresh()
     liveness = timedelta(seconds=settings.liveness)
     open_by_vm: Dict[str, List[str]] = {}
+    states: Dict[str, str] = {}
     for rec, _ in sorted(state.active.values(), key=lambda r: r[0].event_id):
         if not rec.ended:
+            states[rec.event_id] = rec.state  # the same state names as the event view
             for name in rec.resources:
                 open_by_vm.setdefault(name, []).append(rec.event_id)
     vms = []
@@ -138,6 +140,7 @@ def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: dat
             "outboxDropped": vm.outbox_dropped,
             "forwarderVersion": vm.forwarder_version or None,
             "openEvents": open_by_vm.get(vm.name, []) if vm.name_bound else [],
+            "openEventStates": {e: states[e] for e in open_by_vm.get(vm.name, [])} if vm.name_bound else {},
             "silent": not live,
             "nameBound": vm.name_bound,
         })

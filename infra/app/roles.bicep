@@ -36,6 +36,15 @@ param vmPrincipalId string
 @description('Object ids of operators (users or groups) who read the log store, e.g. for se-policy whatif --since.')
 param operatorPrincipalIds array
 
+@description('Object ids of analysts (users or groups): read the Capture files, and receive from the hub.')
+param analystPrincipalIds array
+
+@description('Blob container Event Hubs Capture writes to (main storage account).')
+param captureContainerName string
+
+@description('Capture is on (the container exists): analysts get their read role on it.')
+param captureEnabled bool
+
 var roles = {
   eventHubsDataReceiver: 'a638d3c7-ab3a-418d-83e6-5f17a39d4fde' // Azure Event Hubs Data Receiver
   eventHubsDataSender: '2b629674-e913-4c01-ae53-ef4638d8f975' // Azure Event Hubs Data Sender
@@ -50,6 +59,16 @@ var roles = {
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+  parent: account
+  name: 'default'
+}
+
+resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
+  parent: blobService
+  name: captureContainerName
 }
 
 resource artifactsAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -166,6 +185,29 @@ resource operatorTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   properties: {
     principalId: principalId
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.tableDataReader)
+  }
+}]
+
+// Analysts read the Capture files (their default path: docs/analytics.md). Scope: the Capture container only,
+// not the account (host storage and the log store live there too).
+resource analystCapture 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for principalId in (captureEnabled ? analystPrincipalIds : []): {
+  name: guid(captureContainer.id, principalId, roles.blobDataReader)
+  scope: captureContainer
+  properties: {
+    principalId: principalId
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.blobDataReader)
+  }
+}]
+
+// Analysts may also read the stream live. Event Hubs data roles stop at the hub: no role can be scoped to
+// one consumer group, so this lets them read through ANY consumer group, central's included (reading never
+// moves central's checkpoints, which live in host storage; docs/analytics.md says what it allows).
+resource analystHub 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for principalId in analystPrincipalIds: {
+  name: guid(hub.id, principalId, roles.eventHubsDataReceiver)
+  scope: hub
+  properties: {
+    principalId: principalId
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.eventHubsDataReceiver)
   }
 }]
 

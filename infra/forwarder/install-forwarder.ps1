@@ -5,7 +5,11 @@
 .DESCRIPTION
   Run as Administrator (the CustomScript extension runs as SYSTEM) from the directory holding the bundle:
     powershell -ExecutionPolicy Bypass -File install-forwarder.ps1 -Bundle se-forwarder-windows.zip -ConfigBase64 <b64>
-  The bundle (make wheelhouse) holds wheels\, requirements-vm.txt and run-forwarder.ps1.
+    powershell -ExecutionPolicy Bypass -File install-forwarder.ps1 -Uninstall [-Purge]
+  The bundle (make wheelhouse) holds wheels\, requirements-vm.txt, run-forwarder.ps1 and forwarder.md.
+  -Uninstall stops and unregisters the task, stops the forwarder and removes the program and the config the
+  install wrote; the outbox (ProgramData\se-forwarder\state) and hooks you added stay unless -Purge.
+  Step by step: docs/forwarder.md, "Install on one VM by hand" (untested on Windows).
 
   Service model, without NSSM or pywin32: a scheduled task that starts at boot and runs
   run-forwarder.ps1 as NT AUTHORITY\LOCAL SERVICE (no admin rights, no password). run-forwarder.ps1
@@ -19,10 +23,12 @@
 #>
 [CmdletBinding()]
 param(
-    [Parameter(Mandatory = $true)][string]$Bundle,
+    [string]$Bundle = "",
     [string]$ConfigBase64 = "",
     [string]$ConfigFile = "",
-    [string]$Python = ""
+    [string]$Python = "",
+    [switch]$Uninstall,
+    [switch]$Purge
 )
 $ErrorActionPreference = "Stop"
 Set-StrictMode -Version Latest
@@ -40,7 +46,42 @@ function Log([string]$Message) { Write-Output "install-forwarder: $Message" }
 
 $principal = New-Object Security.Principal.WindowsPrincipal([Security.Principal.WindowsIdentity]::GetCurrent())
 if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) { Fail "run as Administrator" }
-if (-not (Test-Path $Bundle)) { Fail "bundle not found: '$Bundle'" }
+if ($Purge -and -not $Uninstall) { Fail "-Purge goes with -Uninstall" }
+
+function Stop-Forwarder {
+    if (Get-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue) {
+        Stop-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue
+    }
+    Get-CimInstance Win32_Process -Filter "Name = 'se-forwarder.exe'" -ErrorAction SilentlyContinue |
+        Where-Object { $_.ExecutablePath -like "$Prefix*" } |
+        ForEach-Object { Stop-Process -Id $_.ProcessId -Force -ErrorAction SilentlyContinue }
+}
+
+if ($Uninstall) {
+    # The reverse of the install below; safe to run twice.
+    Log "stopping and unregistering the task $TaskName"
+    Stop-Forwarder
+    if (Get-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue) {
+        Unregister-ScheduledTask -TaskName $TaskName -Confirm:$false
+    }
+    Log "removing $Prefix"
+    if (Test-Path $Prefix) { Remove-Item -Recurse -Force $Prefix }
+    if ($Purge) {
+        Log "-Purge: removing $DataDir (config, hooks and the outbox: unsent envelopes are lost)"
+        if (Test-Path $DataDir) { Remove-Item -Recurse -Force $DataDir }
+    } else {
+        # What the install wrote: config.json and the *.example hooks. Hooks someone added and the outbox stay.
+        if (Test-Path $ConfigPath) { Remove-Item -Force $ConfigPath }
+        if (Test-Path $HookDir) {
+            Get-ChildItem -Path $HookDir -Recurse -File -Filter "*.example" | Remove-Item -Force
+        }
+        Log "kept $StateDir (the outbox) and any hooks you added; -Purge removes them"
+    }
+    Log "uninstalled"
+    exit 0
+}
+
+if (-not $Bundle -or -not (Test-Path $Bundle)) { Fail "bundle not found: '$Bundle' (give -Bundle se-forwarder-windows.zip)" }
 if (-not $ConfigBase64 -and -not $ConfigFile) { Fail "give -ConfigBase64 or -ConfigFile" }
 
 if (-not $Python) {
@@ -72,6 +113,9 @@ try {
     Copy-Item -Recurse (Join-Path $work "wheels") $wheels
     Copy-Item -Force (Join-Path $work "requirements-vm.txt") (Join-Path $Prefix "requirements-vm.txt")
     Copy-Item -Force (Join-Path $work "run-forwarder.ps1") (Join-Path $Prefix "run-forwarder.ps1")
+    if (Test-Path (Join-Path $work "forwarder.md")) {
+        Copy-Item -Force (Join-Path $work "forwarder.md") (Join-Path $Prefix "forwarder.md")
+    }
     & $Python -m venv $venvNew
     if ($LASTEXITCODE -ne 0) { Fail "python -m venv failed" }
     & (Join-Path $venvNew "Scripts\python.exe") -m pip install --quiet --no-index --disable-pip-version-check `
@@ -88,12 +132,7 @@ try {
     [IO.File]::WriteAllText($ConfigPath, $json, (New-Object Text.UTF8Encoding($false)))
 
     # Stop the running forwarder before swapping its venv.
-    if (Get-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue) {
-        Stop-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue
-        Get-CimInstance Win32_Process -Filter "Name = 'se-forwarder.exe'" -ErrorAction SilentlyContinue |
-            Where-Object { $_.ExecutablePath -like "$Prefix*" } |
-            ForEach-Object { Stop-Process -Id $_.ProcessId -Force -ErrorAction SilentlyContinue }
-    }
+    Stop-Forwarder
     if (Test-Path $venv) { Remove-Item -Recurse -Force $venv }
     Move-Item $venvNew $venv
     # Documented example hooks as *.example files, never run until copied without the suffix.

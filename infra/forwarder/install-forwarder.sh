@@ -3,20 +3,27 @@
 # Run as root, from the directory holding the bundle (the CustomScript extension's working dir):
 #   bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-base64 <base64 of config.json>
 #   bash install-forwarder.sh --bundle se-forwarder-linux.tar.gz --config-file ./config.json
-# The bundle (make wheelhouse) holds wheels/, requirements-vm.txt and se-forwarder.service.
+#   bash install-forwarder.sh --uninstall [--purge]
+# The bundle (make wheelhouse) holds wheels/, requirements-vm.txt, se-forwarder.service, forwarder.md.
 # Needs python3 >= 3.9 with the venv module (python3-venv on Debian/Ubuntu; installed from the
-# distro's own repositories if missing).
+# distro's own repositories if missing). --uninstall stops and removes the service, the program and the
+# config the install wrote; the outbox (/var/lib/se-forwarder) and the service user stay unless --purge.
+# Step by step, with checks: docs/forwarder.md, "Install on one VM by hand".
 set -euo pipefail
 
-PREFIX=/opt/se-forwarder
-CONFIG_DIR=/etc/se-forwarder
-STATE_DIR=/var/lib/se-forwarder
+# SE_FORWARDER_ROOT: a directory every path lives under (tests; building an image). Empty on a VM.
+ROOT="${SE_FORWARDER_ROOT:-}"
+PREFIX="$ROOT/opt/se-forwarder"
+CONFIG_DIR="$ROOT/etc/se-forwarder"
+STATE_DIR="$ROOT/var/lib/se-forwarder"
 SERVICE_USER=se-forwarder
-UNIT=/etc/systemd/system/se-forwarder.service
+UNIT="$ROOT/etc/systemd/system/se-forwarder.service"
 
 bundle=""
 config_b64=""
 config_file=""
+uninstall=0
+purge=0
 python_bin="${SE_FORWARDER_PYTHON:-python3}"
 
 die() { echo "install-forwarder: error: $*" >&2; exit 1; }
@@ -28,12 +35,45 @@ while [ $# -gt 0 ]; do
     --config-base64) config_b64="${2:-}"; shift 2 ;;
     --config-file) config_file="${2:-}"; shift 2 ;;
     --python) python_bin="${2:-}"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --uninstall) uninstall=1; shift ;;
+    --purge) purge=1; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
 [ "$(id -u)" -eq 0 ] || die "run as root"
+[ "$purge" -eq 0 ] || [ "$uninstall" -eq 1 ] || die "--purge goes with --uninstall"
+
+do_uninstall() {  # the reverse of the install below, in reverse order; safe to run twice
+  if command -v systemctl >/dev/null; then
+    log "stopping and disabling se-forwarder.service"
+    systemctl disable --now se-forwarder.service >/dev/null 2>&1 || true
+  fi
+  rm -f "$UNIT"
+  if command -v systemctl >/dev/null; then
+    systemctl daemon-reload
+    systemctl reset-failed se-forwarder.service >/dev/null 2>&1 || true
+  fi
+  log "removing $PREFIX"
+  rm -rf "$PREFIX"
+  if [ "$purge" -eq 1 ]; then
+    log "--purge: removing $CONFIG_DIR (hooks included) and $STATE_DIR (the outbox: unsent envelopes are lost)"
+    rm -rf "$CONFIG_DIR" "$STATE_DIR"
+    if id "$SERVICE_USER" >/dev/null 2>&1; then userdel "$SERVICE_USER" || log "warning: userdel $SERVICE_USER failed"; fi
+  else
+    # What the install wrote: config.json and the *.example hooks. Hooks someone added stay.
+    rm -f "$CONFIG_DIR/config.json"
+    find "$CONFIG_DIR/hooks" -name '*.example' -type f -delete 2>/dev/null || true
+    for d in "$CONFIG_DIR/hooks/pre-approve.d" "$CONFIG_DIR/hooks/post-event.d" "$CONFIG_DIR/hooks" "$CONFIG_DIR"; do
+      rmdir "$d" 2>/dev/null || true
+    done
+    [ ! -d "$CONFIG_DIR" ] || log "kept $CONFIG_DIR: it holds files the install did not put there (your hooks)"
+    [ ! -d "$STATE_DIR" ] || log "kept $STATE_DIR (the outbox) and the user $SERVICE_USER: a reinstall sends what is left; --purge removes them"
+  fi
+  log "uninstalled"
+}
+if [ "$uninstall" -eq 1 ]; then do_uninstall; exit 0; fi
 [ -n "$bundle" ] && [ -f "$bundle" ] || die "bundle not found: '${bundle}' (give --bundle se-forwarder-linux.tar.gz)"
 [ -n "$config_b64" ] || [ -n "$config_file" ] || die "give --config-base64 or --config-file"
 command -v systemctl >/dev/null || die "systemd is required (systemctl not found)"
@@ -79,6 +119,8 @@ mkdir -p "$PREFIX"
 rm -rf "$PREFIX/venv.new" "$PREFIX/wheels"
 cp -r "$workdir/wheels" "$PREFIX/wheels"
 cp "$workdir/requirements-vm.txt" "$PREFIX/requirements-vm.txt"
+# The unit's Documentation= page (docs/forwarder.md), readable on the VM without network.
+if [ -f "$workdir/forwarder.md" ]; then cp "$workdir/forwarder.md" "$PREFIX/forwarder.md"; fi
 "$python_bin" -m venv "$PREFIX/venv.new"
 "$PREFIX/venv.new/bin/python" -m pip install --quiet --no-index --find-links "$PREFIX/wheels" \
   --disable-pip-version-check -r "$PREFIX/requirements-vm.txt" scheduled-events-forwarder

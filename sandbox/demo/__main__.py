@@ -1,8 +1,10 @@
-"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install]`: run the demo, print
-the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130: interrupted). With
---capture the hub also writes Capture Avro files (kept in <work>/capture) and the example analysis runs on
-them. With --fresh-install the fleet is a new operator's (default policy, no custom hook) and the scenes are
-the impactful events that must then pass quietly: approved plainly, no critical alert."""
+"""`python -m sandbox.demo [--work DIR] [--evidence FILE] [--capture] [--fresh-install] | --serve`: run
+the demo, print the timeline and the checks; exit 0 only if every check holds (1: a check failed, 130:
+interrupted). With --capture the hub also writes Capture Avro files (kept in <work>/capture) and the example
+analysis runs on them. With --fresh-install the fleet is a new operator's (default policy, no custom hook)
+and the scenes are the impactful events that must then pass quietly: approved plainly, no critical alert.
+With --serve: the practice fleet (sandbox/demo/practice.py), at real time and up until Ctrl-C (exit 0),
+with commands to paste."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def write_evidence(outcome: Outcome, path: Path) -> None:
     path.write_text(json.dumps(doc, default=str, indent=1))
 
 
-def _analyse_capture(work: Path) -> None:
+def _analyse_capture(work: Path, time_scale: float) -> None:
     files = sorted((work / "capture").rglob("*.avro"))
     print(f"\ncapture: {len(files)} Avro file(s) in {work / 'capture'} "
           "(<namespace>/<hub>/<partition>/<yyyy>/<mm>/<dd>/<hh>/<mm>/<ss>.avro)")
@@ -43,7 +45,7 @@ def _analyse_capture(work: Path) -> None:
     from examples.analysis.__main__ import main as analyse
 
     command = ["--dir", str(work / "capture"), "--group-by", "tag:role", "--out", str(work / "analysis"),
-               "--export", str(work / "envelopes.jsonl")]
+               "--export", str(work / "envelopes.jsonl"), "--time-scale", f"{time_scale:g}"]
     print("analysis: python -m examples.analysis " + " ".join(command), flush=True)
     analyse(command)
 
@@ -59,7 +61,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="default policy (no POLICY_JSON), forwarders with default settings and no "
                              "custom hook: a Reboot, a Redeploy and a long Freeze, each approved with no "
                              "critical alert")
+    parser.add_argument("--serve", action="store_true",
+                        help="the practice fleet: real time, a policy that leaves events pending, up until "
+                             "Ctrl-C; prints the central URL, the function key and commands to paste")
     args = parser.parse_args(argv)
+    if args.serve:
+        from sandbox.demo.practice import serve
+
+        return serve(args.work, say=lambda text: print(text, flush=True))
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
@@ -82,7 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.evidence is not None:
         write_evidence(outcome, args.evidence)
     if args.capture:
-        _analyse_capture(args.work)
+        _analyse_capture(args.work, settings.time_scale)
     missing = [c for c in outcome.checks if not c.ok]
     if outcome.ok:
         verdict = "passed"

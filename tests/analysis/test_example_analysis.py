@@ -21,7 +21,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 from azure.storage.blob import BlobServiceClient
 
 import schemas
-from examples.analysis import questions
+from examples.analysis import questions, report
 from sandbox import processes
 
 EXAMPLES = processes.REPO / "schemas" / "examples" / "envelope"
@@ -127,6 +127,40 @@ def test_an_event_first_seen_started_has_no_notice() -> None:
     assert questions.notice_seconds(questions.sightings([started])) == []
 
 
+def test_the_figure_states_its_source_shows_n_and_no_whiskers_on_single_events() -> None:
+    """Each bar carries its n; only a bar drawn from several events has min-max whiskers; one unit (s);
+    the header says the source, time range, counts and a time scale that is not real time."""
+    story = fleet_story()
+    # a second Reboot, 10 minutes' notice: n=2 for Reboot
+    extra = incarnation("vm-b", 2, T0, [_event("E-REBOOT-2", "Reboot", ["vm-b"], T0 + timedelta(minutes=10))])
+    seen = questions.sightings([*story, extra])
+    notice = questions.by_type(questions.notice_seconds(seen))
+    assert {s.key: s.count for s in notice} == {"Freeze": 1, "Reboot": 2, "Redeploy": 1}
+    provenance = report.Provenance(source="Capture files in ./capture", files=2, records=9, envelopes=8,
+                                   duplicates=1, first="2026-03-01T00:00:00Z", last="2026-03-05T00:00:00Z",
+                                   time_scale=5)
+    answers = report.Answers(notice, [], {("web", "2026-W09"): 2}, "tag:role", provenance)
+    fig = report.figure(answers)
+    try:
+        notice_axes, lead_axes, weekly_axes = fig.axes
+        labels = [t.get_text() for t in notice_axes.texts]
+        assert labels == ["n=1", "n=2", "n=1"]  # Freeze, Reboot, Redeploy
+        whiskers = [c for c in notice_axes.containers if type(c).__name__ == "ErrorbarContainer"]
+        assert len(whiskers) == 1 and len(whiskers[0].lines[2][0].get_segments()) == 1  # Reboot's only
+        assert [c for c in lead_axes.containers if type(c).__name__ == "ErrorbarContainer"] == []
+        assert [t.get_text() for t in weekly_axes.texts] == ["n=2"]
+        assert "seconds" in notice_axes.get_ylabel() and "minutes" not in notice_axes.get_ylabel()
+        header = fig._suptitle.get_text()
+        for part in ("Source: Capture files in ./capture", "2026-03-01T00:00:00Z to 2026-03-05T00:00:00Z",
+                     "Envelopes: 8 from 9 record(s) in 2 file(s); 1 duplicate(s) dropped",
+                     "Time scale: 5x", "shows as 180 s"):
+            assert part in header, header
+    finally:
+        report.plt.close(fig)
+    text = report.markdown(answers)
+    assert "- Time scale: 5x" in text and "| Reboot | 2 |" in text and "n (events)" in text
+
+
 def test_unknown_group_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="tag:<name>"):
         questions.group_of({}, "rack")
@@ -171,7 +205,7 @@ def test_analysis_of_a_real_capture(azurite: processes.Server, tmp_path: Path) -
         server.stop()
     out = _run_analysis(conn, container, tmp_path / "out")
     png = (tmp_path / "out" / "summary.png").read_bytes()
-    assert _png_size(png) == (1500, 450)  # 15 x 4.5 in at 100 dpi
+    assert _png_size(png) == (1500, 550)  # 15 x 5.5 in at 100 dpi
     assert len(png) > 10_000  # three panels with bars and labels, not a blank canvas
     table = (tmp_path / "out" / "summary.md").read_text()
     for row in ["| Reboot | 1 | 900 | 900 | 900 |", "| Freeze | 1 | 300 | 300 | 300 |",
@@ -181,6 +215,13 @@ def test_analysis_of_a_real_capture(azurite: processes.Server, tmp_path: Path) -
                 "| web | 2026-W09 | 2 |", "| db | 2026-W10 | 1 |"]:
         assert row in table, f"{row!r} missing from\n{table}"
     assert f"{len(bodies)} record(s): {len(story)} envelope(s), 1 duplicate(s) dropped, 1 unreadable" in out
+    # the summary stands alone: source, time range, counts, time scale, one unit
+    times = sorted(env["time"] for env in story)
+    assert f"- Source: Capture container {container}/ in Azurite (connection string)" in table
+    assert f"- Time range: {times[0]} to {times[-1]}" in table
+    assert (f"- Envelopes: {len(story)} from {len(bodies)} record(s) in" in table
+            and "1 duplicate(s) dropped, 1 unreadable, 0 invalid" in table)
+    assert "- Time scale: 1 (real time)" in table and "minutes" not in table.lower()
 
 
 def _records(blobs: Any) -> int:

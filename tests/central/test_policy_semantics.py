@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from central.cli.explain import OUTCOMES
+from central.policy.decide import STARTS_AT_NOTBEFORE
+
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event
 
@@ -60,7 +63,10 @@ def test_a_window_opening_after_notbefore_says_the_policy_cannot_delay_it(env: E
     svc.handle_batch([body(vm.heartbeat()), body(vm.incarnation_env([event("E-w", ["vm-a"], "Redeploy",
                                                                           not_before=nb)]))], now=T0)
     (view,) = svc.pending()
-    assert view["state"] == "waiting-window"
+    # one name for this case: the event view, the fleet view and `se-policy explain` (its outcome)
+    assert view["state"] == "starts-at-notbefore" == STARTS_AT_NOTBEFORE and STARTS_AT_NOTBEFORE in OUTCOMES
+    (row,) = [v for v in svc.fleet()["vms"] if v["name"] == "vm-a"]
+    assert row["openEventStates"] == {"E-w": "starts-at-notbefore"}
     reason = view["decision"]["reason"]
     assert "after NotBefore" in reason and "a policy can only let events start early" in reason
     far = T0 + timedelta(hours=20)  # NotBefore tomorrow 09:00: the 02:00 window comes first
@@ -68,3 +74,4 @@ def test_a_window_opening_after_notbefore_says_the_policy_cannot_delay_it(env: E
                      now=T0)
     (later,) = [p for p in svc.pending() if p["eventId"] == "E-w2"]
     assert later["decision"]["reason"].startswith("waiting for window night (next opens")
+    assert later["state"] == "waiting-window"
