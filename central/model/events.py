@@ -140,6 +140,9 @@ class EventRecord:
     # alerts this event owes (kind, status, at, rounds, nextTry, error): durable with the event row,
     # removed once delivered or given up (docs/central.md, "Alerts")
     pending_alerts: List[Dict[str, Any]] = field(default_factory=list)
+    # how the event ended on a VM, as its forwarder reported (completed | post-hook-failed, at, vm,
+    # reason): not an approval (central.policy.approval_results)
+    ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -243,6 +246,7 @@ class EventRecord:
             ),
             "approvals": [a.to_json() for a in self.approvals],
             "outcome": self.outcome,
+            "ending": self.ending or None,
             "operatorHold": self.operator_hold,
             "shadow": self.shadow or None,
             "endedAt": iso(self.ended_at) if self.ended_at else None,

@@ -29,7 +29,11 @@ IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore pa
 # event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore
 # holds their budgets for at most this long (central.intake.authz; docs/security.md).
 REPORT_GRACE = timedelta(seconds=120)
-DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
+# An approval carried out. `completed` and `post-hook-failed` are not: the forwarder's recovery step reports
+# them when an event leaves IMDS, also for one central held (Azure started it at NotBefore) or whose
+# pre-approve hook failed, so they record how the event ended and never that it was approved.
+DONE_OUTCOMES = ("approved",)
+END_OUTCOMES = ("completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
 OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
 

@@ -179,6 +179,7 @@ def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
     put_json(entity, "Shadow", rec.shadow)
     put_json(entity, "Approvals", [a.to_json() for a in rec.approvals])
     put_json(entity, "PendingAlerts", rec.pending_alerts)
+    put_json(entity, "Ending", rec.ending)
     return _drop_none(entity)
 
 
@@ -210,6 +211,7 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.shadow = get_json(e, "Shadow", {}) or {}
     rec.approvals = [Approval.from_json(a) for a in get_json(e, "Approvals", []) or []]
     rec.pending_alerts = get_json(e, "PendingAlerts", []) or []
+    rec.ending = get_json(e, "Ending", {}) or {}
     return rec
 
 
