@@ -31,6 +31,7 @@ from .approval_queue import ApprovalSender
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
+from .platform_ingest import PlatformIngest, received_times
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .webhook import WebhookAlerter
@@ -77,6 +78,7 @@ class CentralService:
         )
         self.state = FleetState(store)
         self.ingest = Ingest(self.state, store)
+        self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow
         self.actor = Actor(self.state, store, sender, alerter)
@@ -160,6 +162,16 @@ class CentralService:
             for key in keys:
                 self._remember(key)
             return done
+
+    def handle_platform_batch(self, bodies: Sequence[Union[bytes, str]], now: Optional[datetime] = None,
+                              enqueued_times: Optional[Sequence[Optional[datetime]]] = None) -> BatchResult:
+        """Process one batch from the platform hub (Event Grid's ScheduledEventEmitted events, issue 23):
+        the platform's witness, recorded on the same event records. Never raises for bad input."""
+        with self._lock:
+            now = aware(now)
+            result = BatchResult(received=len(bodies))
+            received = received_times(len(bodies), enqueued_times, now)
+            return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
 
     def decide(self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
                hook: bool = False) -> Dict[str, Any]:

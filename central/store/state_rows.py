@@ -180,6 +180,7 @@ def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
     put_json(entity, "Approvals", [a.to_json() for a in rec.approvals])
     put_json(entity, "PendingAlerts", rec.pending_alerts)
     put_json(entity, "Ending", rec.ending)
+    put_json(entity, "Platform", rec.platform)
     return _drop_none(entity)
 
 
@@ -212,6 +213,7 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.approvals = [Approval.from_json(a) for a in get_json(e, "Approvals", []) or []]
     rec.pending_alerts = get_json(e, "PendingAlerts", []) or []
     rec.ending = get_json(e, "Ending", {}) or {}
+    rec.platform = get_json(e, "Platform", {}) or {}
     return rec
 
 

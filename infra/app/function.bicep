@@ -34,6 +34,9 @@ param eventHubsFullyQualifiedNamespace string
 @description('Event Hub name.')
 param eventHubName string
 
+@description('Event Hub the platform feed (Event Grid scheduled events) is delivered to.')
+param platformEventHubName string
+
 @description('Consumer group the Functions read with.')
 param consumerGroupName string
 
@@ -112,6 +115,7 @@ var settingsDoc = loadJsonContent('../../central/app_settings.json')
 var appSettingValues = {
   EVENTHUB_NAME: eventHubName
   EVENTHUB_CONSUMER_GROUP: consumerGroupName
+  PLATFORM_EVENTHUB_NAME: platformEventHubName
   EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
   EventHubConnection__credential: 'managedidentity'
   EventHubConnection__clientId: identityClientId
