@@ -111,7 +111,7 @@ def replay(past: Sequence[PastEvent], vms: Mapping[str, VmState], policy: Policy
         _end_due(recs, ends, now)
         open_events = [recs[p.record.event_id] for p in order
                        if p.record.first_seen <= now and not recs[p.record.event_id].ended]
-        fleet = FleetView(alive, open_events, config.liveness)
+        fleet = FleetView(alive, open_events, config.liveness, rules=config.witness)
         for rec, p in ((recs[p.record.event_id], p) for p in order if p.record.first_seen <= now):
             if rec.ended or rec.state == "approved" or rec.status != "Scheduled":
                 continue

@@ -146,6 +146,8 @@ class EventRecord:
     # the platform's witness (central.intake.platform_plan): status and spelling it said, first/last heard,
     # the owning Compute resource, its Event Grid ids and transitions. Empty: only VMs reported it
     platform: Dict[str, Any] = field(default_factory=dict)
+    # who first claimed it and that VM's count of new events in its hour then (central.policy.witness)
+    claim: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime
-from typing import List, Optional, Sequence, Set, Tuple, Union
+from typing import List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from central.intake import platform
 from central.intake.platform_plan import plan_platform
-from central.model.times import aware
+from central.model.alert import ALERT_LEASE, Alert
+from central.model.times import aware, iso
+from central.policy import witness
+from central.policy.witness import WitnessRules
 from central.store.fleet_state import EVENTS_PER_COMMIT, FleetState
 from central.store.tables import Conflict, StoreError
 
@@ -80,4 +83,34 @@ def received_times(count: int, enqueued: Optional[Sequence[Optional[datetime]]],
     for i in range(count):
         at = enqueued[i] if enqueued is not None and i < len(enqueued) else None
         out.append(now if at is None else min(aware(at), now))
+    return out
+
+
+def unconfirmed_alerts(state: FleetState, rules: WitnessRules, now: datetime,
+                       raised: Mapping[str, None]) -> List[Alert]:
+    """Timer: open events only VMs reported, naming an opted-in VM, that the platform has not emitted within
+    its grace (central.policy.witness): one warning each. They already count toward no budget."""
+    if not rules.confirm_scopes:
+        return []
+    due = [rec for rec, _ in state.active.values()
+           if not rec.ended and not rec.platform and now - rec.first_seen > rules.confirm_grace
+           and f"{rec.event_id}:unconfirmed" not in raised]
+    if not due:
+        return []
+    vms = state.vms_by_name({name for rec in due for name in rec.resources})
+    out = []
+    for rec in due:
+        named = [vms[n] for n in rec.resources if n in vms]
+        if not witness.unconfirmed(rec, named, rules, now):
+            continue
+        claimed = rec.claim.get("by") or ", ".join(sorted(rec.reported_by)) or "?"
+        out.append(Alert(
+            f"{rec.event_id}:unconfirmed", "unconfirmed", "warning",
+            f"{rec.event_type} {rec.event_id}: the platform never emitted it",
+            f"Reported by {claimed} only; the platform feed has not emitted it "
+            f"{int(rules.confirm_grace.total_seconds())} s after its first sight "
+            f"({iso(rec.first_seen)}), though it names opted-in VMs. It counts toward no disruption "
+            "budget. A made-up event, or the feed is late or off for these VMs.",
+            now, rec.event_id, rec.status, facts={"claimedBy": claimed, "resources": rec.resources[:20]},
+            next_try=now + ALERT_LEASE))
     return out

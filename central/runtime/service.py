@@ -21,6 +21,8 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
 from central.policy import document as policy_mod
 from central.policy.decide import DecideConfig
+from central.policy.witness import WitnessRules
+from central.policy.witness import scopes as witness_scopes
 from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
@@ -31,7 +33,7 @@ from .approval_queue import ApprovalSender
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
-from .platform_ingest import PlatformIngest, received_times
+from .platform_ingest import PlatformIngest, received_times, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .webhook import WebhookAlerter
@@ -75,6 +77,8 @@ class CentralService:
             result_timeout=_seconds(settings.result_timeout),
             liveness=_seconds(settings.liveness),
             policy_error=str(self.policy_error or ""),
+            witness=WitnessRules(_seconds(settings.report_grace), settings.claims_per_hour,
+                                 witness_scopes(settings.confirm_scopes), _seconds(settings.confirm_grace)),
         )
         self.state = FleetState(store)
         self.ingest = Ingest(self.state, store)
@@ -189,6 +193,9 @@ class CentralService:
             def before() -> None:
                 self.state.refresh()
                 self.actor.resend_stale(now, result)
+                for alert in unconfirmed_alerts(self.state, self.config.witness, now, self.ingest.raised):
+                    self.ingest.raised[alert.key] = None
+                    self._raise_row(alert, result)
 
             self._run(now, result, lambda: (before(), None)[1], timer=True)
             return result.decisions

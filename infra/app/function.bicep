@@ -37,6 +37,10 @@ param eventHubName string
 @description('Event Hub the platform feed (Event Grid scheduled events) is delivered to.')
 param platformEventHubName string
 
+@description('ARM id prefixes of VMs opted in to the platform feed (comma-separated); empty: none.')
+param platformConfirmScopes string = ''
+
+
 @description('Consumer group the Functions read with.')
 param consumerGroupName string
 
@@ -116,6 +120,10 @@ var appSettingValues = {
   EVENTHUB_NAME: eventHubName
   EVENTHUB_CONSUMER_GROUP: consumerGroupName
   PLATFORM_EVENTHUB_NAME: platformEventHubName
+  REPORT_GRACE_SECONDS: '120'
+  CLAIMS_COUNTED_PER_HOUR: '4'
+  PLATFORM_CONFIRM_SCOPES: platformConfirmScopes
+  PLATFORM_CONFIRM_GRACE_SECONDS: '300'
   EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
   EventHubConnection__credential: 'managedidentity'
   EventHubConnection__clientId: identityClientId

@@ -106,6 +106,12 @@ def test_a_platform_event_names_known_vms_and_the_policy_approves_through_one(en
     view = svc.event("E1", now=T0 + S)
     assert view["witnesses"]["platform"]["owner"]["kind"] == "virtualMachineScaleSets"
     assert view["history"][0]["witness"] == "platform" and view["reportedBy"] == {}
+    svc.handle_batch([body(a.incarnation_env([event("E1", ["uni_0", "uni_4"])], at=T0 + 2 * S))],
+                     now=T0 + 2 * S)  # uni_0's forwarder reports it too: one record, two witnesses
+    fleet = {v["name"]: v["witnesses"] for v in svc.fleet(now=T0 + 2 * S)["vms"]}
+    assert fleet == {"uni_0": {"E1": {"platform": "Scheduled", "self": True}},
+                     "uni_4": {"E1": {"platform": "Scheduled", "self": False}}}
+    assert svc.event("E1")["witnesses"]["vms"] == {"uni_0": a.vm_id}
 
 
 def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
@@ -180,3 +186,62 @@ def test_bad_platform_events_are_quarantined_and_alerted_never_raised(env: Env, 
     assert len(rows) == 2
     alerts = [x for x in hook.alerts() if x.get("kind") == "quarantined"]
     assert len(alerts) == 1 and "platform event" in alerts[0]["text"]  # one per window, every one kept
+
+
+# ---- what each witness's word counts for (point 2) -----------------------------------------------------
+
+BUDGET = json.dumps({"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 2}},
+                     "rules": [{"name": "reboots", "action": "approve"}]})
+SCOPE = "/subscriptions/0000/resourceGroups/rg"
+
+
+def made_up_then_real(env: Env, **settings: str) -> Any:
+    """web_0 makes up an event naming itself and web_1 (the policy approves it at once: it impacts them);
+    the platform then emits a real Reboot of web_2 and web_3, which waits: the set's budget is two VMs."""
+    svc = env.service(POLICY_JSON=BUDGET, **settings)
+    vms = [Vm(f"web_{i}", scale_set="web") for i in range(4)]
+    svc.handle_batch([body(vm.heartbeat()) for vm in vms]
+                     + [body(vms[0].incarnation_env([event("MADE-UP", ["web_0", "web_1"])]))], now=T0)
+    svc.handle_platform_batch([msg(grid("REAL", ["web_2", "web_3"]))], now=T0 + S)
+    assert svc.event("REAL", now=T0 + S)["state"] == "waiting-budget"
+    later = T0 + 301 * S
+    svc.handle_batch([body(vm.heartbeat(at=later)) for vm in vms], now=later)
+    svc.reevaluate(now=later + S)
+    return svc, vms[2]
+
+
+def test_an_opted_in_vm_s_event_the_platform_never_emitted_counts_toward_no_budget(
+    env: Env, hook: Hook
+) -> None:
+    svc, w2 = made_up_then_real(env, PLATFORM_CONFIRM_SCOPES=SCOPE)
+    assert svc.event("REAL")["state"] == "approving" and len(env.messages(w2.vm_id)) == 1
+    (alert,) = [a for a in hook.alerts() if a.get("kind") == "unconfirmed"]
+    assert alert["eventId"] == "MADE-UP" and "web_0" in alert["text"]
+
+
+def test_without_the_scope_the_reporter_s_own_vm_still_counts(env: Env, hook: Hook) -> None:
+    svc, w2 = made_up_then_real(env)
+    assert svc.event("REAL")["state"] == "waiting-budget"  # web_0 reported it: 1 + 2 > 2
+    assert env.messages(w2.vm_id) == []
+    assert not [a for a in hook.alerts() if a.get("kind") == "unconfirmed"]
+
+
+def test_a_reporter_s_claims_about_others_count_only_within_its_hourly_allowance() -> None:
+    from central.model.events import EventRecord
+    from central.model.vms import VmState
+    from central.policy.decide import FleetView
+    from central.policy.witness import WitnessRules
+
+    vms = {n: VmState(f"id-{n}", n, last_seen=T0) for n in ("a", "b")}
+    rules = WitnessRules(claims_per_hour=2)
+    counted = []
+    for rank in (1, 2, 3):
+        rec = EventRecord(event_id=f"C{rank}", first_seen=T0)
+        rec.absorb(event(f"C{rank}", ["a", "b"]), "id-a", "a", T0)
+        rec.claim = {"by": "a", "rank": rank}
+        view = FleetView(vms, [rec], rules=rules)
+        counted.append(sorted(vm.name for vm in view.impacted_vms(rec, T0 + 10 * S)))
+    assert counted == [["a", "b"], ["a", "b"], ["a"]]  # the third claim this hour: only its reporter
+    rec.platform = {"status": "Scheduled"}  # the platform's word: every VM it names, reported or not
+    late = T0 + 600 * S
+    assert sorted(vm.name for vm in FleetView(vms, [rec], rules=rules).impacted_vms(rec, late)) == ["a", "b"]
