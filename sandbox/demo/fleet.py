@@ -148,7 +148,8 @@ class Fleet:
         if "azurite" not in self.servers:
             self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
         capture = ["--capture-connection-string", self.storage, "--capture-container", CAPTURE_CONTAINER,
-                   "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL)]
+                   "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL),
+                   "--capture-hub", HUB]
         self.servers["eventhubs"] = processes.start_eventhubs(
             (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work, args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
