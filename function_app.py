@@ -92,6 +92,24 @@ def ingest(events: List[func.EventHubEvent]) -> None:
     )
 
 
+# The platform's witness (Event Grid's ScheduledEventEmitted events): its own hub, so no VM can speak as
+# the platform. Bad events are quarantined, never raised; only a storage failure retries the batch.
+@app.event_hub_message_trigger(
+    arg_name="events",
+    event_hub_name="%PLATFORM_EVENTHUB_NAME%",
+    consumer_group="%EVENTHUB_CONSUMER_GROUP%",
+    connection="EventHubConnection",
+    cardinality=func.Cardinality.MANY,
+)
+def platform(events: List[func.EventHubEvent]) -> None:
+    result = central().handle_platform_batch(
+        [event.get_body() for event in events], enqueued_times=[event.enqueued_time for event in events]
+    )
+    log.info("platform: %d received, %d processed, %d duplicates, %d stale, %d quarantined, %d decisions",
+             result.received, result.processed, result.duplicates, result.stale, result.quarantined,
+             len(result.decisions))
+
+
 @app.timer_trigger(arg_name="timer", schedule="%REEVALUATE_SCHEDULE%", run_on_startup=False)
 def reevaluate(timer: func.TimerRequest) -> None:
     if timer.past_due:

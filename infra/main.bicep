@@ -364,6 +364,7 @@ module eventHubs 'app/eventhubs.bicep' = {
     tags: allTags
     namespaceName: 'evhns-se-${resourceToken}'
     hubName: eventHubName
+    platformHubName: '${eventHubName}-platform'
     partitionCount: eventHubPartitionCount
     messageRetentionInDays: eventHubRetentionDays
     capacity: eventHubCapacity
@@ -403,6 +404,7 @@ module roles 'app/roles.bicep' = {
     artifactsContainerName: artifactsContainerName
     eventHubsNamespaceName: eventHubs.outputs.namespaceName
     eventHubName: eventHubs.outputs.hubName
+    platformHubName: eventHubs.outputs.platformHubName
     keyVaultName: keyVault.outputs.vaultName
     webhookSecretName: webhookSecretName
     hasWebhookSecret: hasWebhookSecret
@@ -437,6 +439,7 @@ module functionApp 'app/function.bicep' = {
     deploymentContainerUrl: storage.outputs.deploymentContainerUrl
     eventHubsFullyQualifiedNamespace: eventHubs.outputs.fullyQualifiedNamespace
     eventHubName: eventHubs.outputs.hubName
+    platformEventHubName: eventHubs.outputs.platformHubName
     consumerGroupName: eventHubs.outputs.functionsConsumerGroupName
     appInsightsConnectionString: monitoring.outputs.connectionString
     policyJson: policyJson

@@ -145,7 +145,11 @@ def start_imds(args: Sequence[str] = (), log_dir: Optional[Path] = None,
                  {"http": port}, log_dir=log_dir)
 
 
-def start_eventhubs(hubs: Sequence[str] = ("scheduled-events=4",), log_dir: Optional[Path] = None,
+PLATFORM_HUB = "scheduled-events-platform"  # the platform feed's own hub (issue 23; infra: <hub>-platform)
+
+
+def start_eventhubs(hubs: Sequence[str] = ("scheduled-events=4", f"{PLATFORM_HUB}=2"),
+                    log_dir: Optional[Path] = None,
                     port: Optional[int] = None, args: Sequence[str] = ()) -> Server:
     """The Event Hubs AMQP server (`python -m sandbox.eventhubs`). `hubs`: NAME=PARTITIONS."""
     port = port or free_port()
@@ -161,6 +165,14 @@ def eventhubs_connection_string(port: int, hub: str) -> str:
     """The official emulator's connection-string form: the same code runs against Microsoft's emulator."""
     return (f"Endpoint=sb://{LOOPBACK}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
             f"SharedAccessKey=SAS_KEY_VALUE;EntityPath={hub};UseDevelopmentEmulator=true")
+
+
+def central_hub_settings(port: int, hub: str = "scheduled-events") -> Dict[str, str]:
+    """The Function app's Event Hubs settings against a local server: one namespace connection without
+    EntityPath (an EntityPath would win over every trigger's hub name), the forwarders' hub and the platform
+    hub (start the server with both)."""
+    namespace = eventhubs_connection_string(port, hub).replace(f"EntityPath={hub};", "")
+    return {"EventHubConnection": namespace, "EVENTHUB_NAME": hub, "PLATFORM_EVENTHUB_NAME": PLATFORM_HUB}
 
 
 def start_webhook_receiver(args: Sequence[str] = (), log_dir: Optional[Path] = None,

@@ -15,7 +15,7 @@ from central.model.envelope import APPROVAL_RESULT, INCARNATION
 from central.model.events import EventRecord
 from central.model.times import aware, parse
 from central.model.vms import VmState
-from central.policy.decide import DONE_OUTCOMES
+from central.policy.decide import DONE_OUTCOMES, REFUSED_OUTCOMES
 
 from .whatif import PastEvent
 
@@ -52,7 +52,8 @@ def from_store(service: Any, table_prefix: str, since: datetime) -> History:
 
 def past_from_record(rec: EventRecord) -> PastEvent:
     """What central recorded about an event -> when it was approved (the first approval that its VM
-    carried out, or a local approval), started and ended."""
+    carried out, or a local approval), started and ended. Only an `approved` outcome is an approval: the
+    forwarder's end-of-event report (rec.ending) and a refused attempt are not."""
     approved_at: Optional[datetime] = None
     approved_by = ""
     for attempt in rec.approvals:
@@ -61,8 +62,10 @@ def past_from_record(rec: EventRecord) -> PastEvent:
             break
     if approved_at is None and rec.outcome in DONE_OUTCOMES and rec.outcome_at is not None:
         approved_at, approved_by = rec.outcome_at, f"vm:{rec.outcome_vm or '?'}"
+    refused = next((a for a in rec.approvals if a.result in REFUSED_OUTCOMES), None)
     started = next((parse(h["at"]) for h in rec.history if h.get("status") == "Started"), None)
-    return PastEvent(rec, approved_at, approved_by, started, rec.ended_at)
+    return PastEvent(rec, approved_at, approved_by, started, rec.ended_at,
+                     refused.sent_at if refused else None, str(refused.result) if refused else "")
 
 
 # ---- exported envelopes ----------------------------------------------------------------------------
@@ -99,6 +102,7 @@ def fold(envelopes: Iterable[Tuple[Dict[str, Any], datetime]]) -> History:
     records: Dict[str, EventRecord] = {}
     started: Dict[str, datetime] = {}
     approved: Dict[str, Tuple[datetime, str]] = {}
+    refused: Dict[str, Tuple[datetime, str]] = {}  # an approval refused on its VM: when, and how
     listed: Dict[str, List[str]] = {}  # vmId -> EventIds its latest document lists
     incarnations: Dict[str, int] = {}
     vms: Dict[str, VmState] = {}
@@ -120,10 +124,14 @@ def fold(envelopes: Iterable[Tuple[Dict[str, Any], datetime]]) -> History:
             _apply_document(data.get("document") or {}, vm_id, name, at, records, started, listed)
         elif kind == APPROVAL_RESULT and data.get("outcome") in DONE_OUTCOMES:
             approved.setdefault(str(data.get("eventId")), (at, str(data.get("decidedBy") or f"vm:{name}")))
+        elif kind == APPROVAL_RESULT and data.get("outcome") in REFUSED_OUTCOMES:
+            refused.setdefault(str(data.get("eventId")), (at, str(data["outcome"])))
+        # completed / post-hook-failed: the forwarder's end-of-event report, never an approval
     past = []
     for event_id, rec in records.items():
         at, by = approved.get(event_id, (None, ""))
-        past.append(PastEvent(rec, at, by, started.get(event_id), rec.ended_at))
+        sent, how = refused.get(event_id, (None, ""))
+        past.append(PastEvent(rec, at, by, started.get(event_id), rec.ended_at, sent, how))
     return past, vms
 
 

@@ -10,6 +10,8 @@ The replay (deterministic: the same history and policy give the same output):
   approved impacts from NotBefore (Azure starts it then); an event that appeared already Started
   impacts from its first sight and is not decided (as in central);
 - every forwarder is taken as live; the VMs' groups and tags are their recorded ones.
+An approval central sent that the VM refused (its hook failed, or it rejected the message) is compared
+as the decision it was, and shown as refused; the VM's end-of-event report is never an approval.
 Compared with reality: approved earlier / later / at the same time (within one step), newly held (the
 candidate would not have approved before NotBefore what was approved), newly approved, or the same.
 """
@@ -42,6 +44,10 @@ class PastEvent:
     approved_by: str = ""
     started_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
+    # central's approval that the VM refused (hook-failed, rejected): the policy decided to approve, the
+    # VM did not carry it out. Compared as the decision; never counted as an approval
+    sent_at: Optional[datetime] = None
+    refused: str = ""
 
     @property
     def impact(self) -> timedelta:
@@ -59,6 +65,8 @@ class Replayed:
     not_before: Optional[datetime]
     actual_at: Optional[datetime]
     actual_by: str
+    actual_sent_at: Optional[datetime] = None  # an approval sent and refused on the VM (PastEvent.sent_at)
+    actual_refused: str = ""
     whatif_at: Optional[datetime] = None
     whatif_by: str = ""
     waits: List[str] = field(default_factory=list)  # the candidate's states before it approved, in order
@@ -72,7 +80,9 @@ class Replayed:
         return {
             "eventId": self.event_id, "eventType": self.event_type, "resources": self.resources,
             "firstSeen": iso(self.first_seen), "notBefore": at(self.not_before),
-            "actual": {"approvedAt": at(self.actual_at), "by": self.actual_by or None},
+            "actual": {"approvedAt": at(self.actual_at), "by": self.actual_by or None,
+                       **({"sentAt": at(self.actual_sent_at), "refusedOnVm": self.actual_refused}
+                          if self.actual_refused else {})},
             "whatif": {"approvedAt": at(self.whatif_at), "by": self.whatif_by or None, "waits": self.waits,
                        "reason": self.reason},
             "change": self.change,
@@ -101,7 +111,7 @@ def replay(past: Sequence[PastEvent], vms: Mapping[str, VmState], policy: Policy
         _end_due(recs, ends, now)
         open_events = [recs[p.record.event_id] for p in order
                        if p.record.first_seen <= now and not recs[p.record.event_id].ended]
-        fleet = FleetView(alive, open_events, config.liveness)
+        fleet = FleetView(alive, open_events, config.liveness, rules=config.witness)
         for rec, p in ((recs[p.record.event_id], p) for p in order if p.record.first_seen <= now):
             if rec.ended or rec.state == "approved" or rec.status != "Scheduled":
                 continue
@@ -121,7 +131,7 @@ def replay(past: Sequence[PastEvent], vms: Mapping[str, VmState], policy: Policy
                 result.reason = verdict.reason
         now = _next_instant(now, step, order, recs)
     for result in out.values():
-        result.change = compare(result.actual_at, result.whatif_at, step)
+        result.change = compare(result.actual_at or result.actual_sent_at, result.whatif_at, step)
     return [out[p.record.event_id] for p in order]
 
 
@@ -153,7 +163,8 @@ def table(results: Sequence[Replayed]) -> str:
     for r in results:
         rows.append((r.event_id[:12], r.event_type, ",".join(r.resources[:3]) + ("+" if len(r.resources) > 3
                                                                                    else ""),
-                     _when(r.actual_at, r.first_seen, r.not_before),
+                     _when(r.actual_at, r.first_seen, r.not_before) if not r.actual_refused else
+                     f"sent +{_span((r.actual_sent_at or r.first_seen) - r.first_seen)}, {r.actual_refused}",
                      _when(r.whatif_at, r.first_seen, r.not_before, r.waits), r.change))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
@@ -181,6 +192,7 @@ def _fresh(p: PastEvent) -> EventRecord:
     rec = copy.deepcopy(p.record)
     rec.state, rec.decision, rec.decision_seq, rec.approvals = "new", {}, 0, []
     rec.operator_hold, rec.outcome, rec.ended_at, rec.pending_alerts = False, None, None, []
+    rec.ending = {}
     first = rec.history[0]["status"] if rec.history else "Scheduled"
     rec.status = "Started" if first == "Started" else "Scheduled"
     return rec
@@ -189,7 +201,7 @@ def _fresh(p: PastEvent) -> EventRecord:
 def _result(p: PastEvent) -> Replayed:
     r = p.record
     return Replayed(r.event_id, r.event_type, list(r.resources), r.first_seen, r.not_before, p.approved_at,
-                    p.approved_by)
+                    p.approved_by, None if p.approved_at else p.sent_at, "" if p.approved_at else p.refused)
 
 
 def _live(vm: VmState, start: datetime) -> VmState:

@@ -205,6 +205,7 @@ class Planner:
             listed.append(event_id)
             if rec is None:
                 rec = EventRecord(event_id=event_id, first_seen=received)
+                rec.claim = {"by": vm.name, "rank": vm.new_events}  # central.policy.witness
                 plan.changes.events[event_id] = rec
             if rec.absorb(event, vm.vm_id, vm.name, received):
                 out = rec.outstanding

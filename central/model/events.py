@@ -140,6 +140,14 @@ class EventRecord:
     # alerts this event owes (kind, status, at, rounds, nextTry, error): durable with the event row,
     # removed once delivered or given up (docs/central.md, "Alerts")
     pending_alerts: List[Dict[str, Any]] = field(default_factory=list)
+    # how the event ended on a VM, as its forwarder reported (completed | post-hook-failed, at, vm,
+    # reason): not an approval (central.policy.approval_results)
+    ending: Dict[str, Any] = field(default_factory=dict)
+    # the platform's witness (central.intake.platform_plan): status and spelling it said, first/last heard,
+    # the owning Compute resource, its Event Grid ids and transitions. Empty: only VMs reported it
+    platform: Dict[str, Any] = field(default_factory=dict)
+    # who first claimed it and that VM's count of new events in its hour then (central.policy.witness)
+    claim: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -243,6 +251,9 @@ class EventRecord:
             ),
             "approvals": [a.to_json() for a in self.approvals],
             "outcome": self.outcome,
+            "ending": self.ending or None,
+            # which witness said what, and when (history entries carry `witness: platform` or their vm)
+            "witnesses": {"platform": self.platform or None, "vms": dict(sorted(self.reported_by.items()))},
             "operatorHold": self.operator_hold,
             "shadow": self.shadow or None,
             "endedAt": iso(self.ended_at) if self.ended_at else None,

@@ -8,14 +8,20 @@ from typing import Any, Dict, Optional
 
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import Approval, EventRecord
+from central.model.times import iso
 
-from .decide import DONE_OUTCOMES, REFUSED_OUTCOMES, Verdict, record
+from .decide import DONE_OUTCOMES, END_OUTCOMES, REFUSED_OUTCOMES, Verdict, record
 
 
 def apply_result(rec: EventRecord, data: Dict[str, Any], vm_name: str, now: datetime) -> Optional[dict]:
     """Record the outcome on its attempt and the event; returns the decision taken (a refusal stops
     the approval, with a critical alert the event owes), else None. post-failed: the next evaluation
-    fails over to another live VM."""
+    fails over to another live VM. An end-of-event report (completed, post-hook-failed) is kept apart in
+    `rec.ending`: it says how the event ended on that VM, never that it was approved."""
+    if data["outcome"] in END_OUTCOMES:
+        rec.ending = {"outcome": data["outcome"], "at": iso(now), "vm": vm_name,
+                      "reason": str(data.get("reason", ""))[:500]}
+        return None
     attempt: Optional[Approval] = None  # None: a local or manual decision on the VM (no message)
     for a in rec.approvals:
         if data.get("messageId") and a.message_id == data["messageId"]:

@@ -22,14 +22,20 @@ from central.model.vms import VmState
 from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
 from .document import Policy, window_wait
 from .leader import elect, timeout_cause
+from .witness import WitnessRules, counted
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
 # A VM named in an event's Resources counts against its groups' budgets once it reported the event
 # itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
 # event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore
 # holds their budgets for at most this long (central.intake.authz; docs/security.md).
+# (WitnessRules.report_grace's default, REPORT_GRACE_SECONDS; central.policy.witness bounds it per reporter)
 REPORT_GRACE = timedelta(seconds=120)
-DONE_OUTCOMES = ("approved", "completed", "post-hook-failed")
+# An approval carried out. `completed` and `post-hook-failed` are not: the forwarder's recovery step reports
+# them when an event leaves IMDS, also for one central held (Azure started it at NotBefore) or whose
+# pre-approve hook failed, so they record how the event ended and never that it was approved.
+DONE_OUTCOMES = ("approved",)
+END_OUTCOMES = ("completed", "post-hook-failed")
 REFUSED_OUTCOMES = ("rejected", "hook-failed")
 # approve-in-window whose window opens only after NotBefore: no approval is ever sent, Azure starts the event
 # at NotBefore. One name for it in the event view, the fleet view and `se-policy explain`.
@@ -45,6 +51,7 @@ class DecideConfig:
     result_timeout: timedelta = timedelta(seconds=120)  # APPROVAL_RESULT_TIMEOUT_SECONDS
     liveness: timedelta = timedelta(seconds=300)  # LEADER_LIVENESS_SECONDS
     policy_error: str = ""  # the invalid POLICY_JSON's errors, when the fallback policy runs
+    witness: WitnessRules = field(default_factory=WitnessRules)  # what each witness's word counts for
 
 
 @dataclass
@@ -58,6 +65,7 @@ class FleetView:
     liveness: timedelta = timedelta(seconds=300)  # DecideConfig.liveness
     # every VM central knows, read when a percentage budget needs group sizes (None: those in vms_by_name)
     known: Optional[Callable[[], Sequence[VmState]]] = None
+    rules: WitnessRules = field(default_factory=WitnessRules)  # DecideConfig.witness
     _sizes: Dict[str, Dict[str, int]] = field(default_factory=dict)
     _groups: Dict[str, Dict[str, Dict[str, Set[str]]]] = field(
         default_factory=dict
@@ -78,14 +86,8 @@ class FleetView:
         return found
 
     def impacted_vms(self, event: EventRecord, now: datetime) -> List[VmState]:
-        """The VMs of `event` that count against budgets now (see REPORT_GRACE)."""
-        if now - event.first_seen <= REPORT_GRACE:
-            return self.vms_of(event)
-        return [
-            vm for vm in self.vms_of(event)
-            if vm.vm_id in event.listed_by or vm.vm_id in event.reported_by.values()
-            or not vm.live(now, self.liveness)
-        ]
+        """The VMs of `event` that count against budgets now (central.policy.witness)."""
+        return counted(event, self.vms_of(event), self.rules, now, self.liveness)
 
     def _add(self, groups: Dict[str, Dict[str, Set[str]]], budget: Budget, event: EventRecord,
              now: datetime) -> None:

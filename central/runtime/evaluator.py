@@ -98,7 +98,8 @@ class Evaluator:
             return wanted
 
         known = self.state.all_vms if self.policy.needs_group_sizes else None
-        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness, known)
+        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness, known,
+                         rules=self.config.witness)
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this
@@ -116,7 +117,8 @@ class Evaluator:
             if not candidates:
                 return []
             fleet = self.view(now, candidates)
-            shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known)
+            shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known,
+                                      fleet.rules)
                             if self.shadow is not None else None)  # same facts, its own budget counts
             changed: List[Tuple[EventRecord, Optional[dict]]] = []
             shadows: Dict[str, dict] = {}

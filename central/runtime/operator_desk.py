@@ -121,6 +121,7 @@ class OperatorDesk:
             raise InvalidRequest(f"cannot approve {mine.event_id}: {problem}")
         mine.operator_hold = False
         fleet = self.evaluator.view(now, [mine])
-        view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known)
+        view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known,
+                         fleet.rules)
         return operator_approve(mine, view, now, self.config, who, why, hook)
 

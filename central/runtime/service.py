@@ -21,6 +21,8 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
 from central.policy import document as policy_mod
 from central.policy.decide import DecideConfig
+from central.policy.witness import WitnessRules
+from central.policy.witness import scopes as witness_scopes
 from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
@@ -31,6 +33,7 @@ from .approval_queue import ApprovalSender
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
+from .platform_ingest import PlatformIngest, received_times, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .webhook import WebhookAlerter
@@ -74,9 +77,12 @@ class CentralService:
             result_timeout=_seconds(settings.result_timeout),
             liveness=_seconds(settings.liveness),
             policy_error=str(self.policy_error or ""),
+            witness=WitnessRules(_seconds(settings.report_grace), settings.claims_per_hour,
+                                 witness_scopes(settings.confirm_scopes), _seconds(settings.confirm_grace)),
         )
         self.state = FleetState(store)
         self.ingest = Ingest(self.state, store)
+        self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow
         self.actor = Actor(self.state, store, sender, alerter)
@@ -161,6 +167,16 @@ class CentralService:
                 self._remember(key)
             return done
 
+    def handle_platform_batch(self, bodies: Sequence[Union[bytes, str]], now: Optional[datetime] = None,
+                              enqueued_times: Optional[Sequence[Optional[datetime]]] = None) -> BatchResult:
+        """Process one batch from the platform hub (Event Grid's ScheduledEventEmitted events, issue 23):
+        the platform's witness, recorded on the same event records. Never raises for bad input."""
+        with self._lock:
+            now = aware(now)
+            result = BatchResult(received=len(bodies))
+            received = received_times(len(bodies), enqueued_times, now)
+            return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
+
     def decide(self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
                hook: bool = False) -> Dict[str, Any]:
         """An operator's approve, hold or release (central.runtime.operator_desk), binding on every instance
@@ -177,6 +193,9 @@ class CentralService:
             def before() -> None:
                 self.state.refresh()
                 self.actor.resend_stale(now, result)
+                for alert in unconfirmed_alerts(self.state, self.config.witness, now, self.ingest.raised):
+                    self.ingest.raised[alert.key] = None
+                    self._raise_row(alert, result)
 
             self._run(now, result, lambda: (before(), None)[1], timer=True)
             return result.decisions

@@ -67,6 +67,10 @@ class CentralSettings:
     alert_timeout: float = 5.0  # ALERT_TIMEOUT_SECONDS
     authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: empty = sender authentication off
     authn_metadata_domains: str = "metadata.azure.com"  # AUTHN_METADATA_DOMAINS (comma-separated)
+    report_grace: float = 120.0  # REPORT_GRACE_SECONDS (central.policy.witness)
+    claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
+    confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
+    confirm_grace: float = 300.0  # PLATFORM_CONFIRM_GRACE_SECONDS
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
@@ -90,6 +94,10 @@ class CentralSettings:
             alert_timeout=_number(s, "ALERT_TIMEOUT_SECONDS", 5.0),
             authn_trust_pem=s.get("AUTHN_TRUST_PEM") or "",
             authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "metadata.azure.com").strip(),
+            report_grace=_number(s, "REPORT_GRACE_SECONDS", 120.0),
+            claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
+            confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),
+            confirm_grace=_number(s, "PLATFORM_CONFIRM_GRACE_SECONDS", 300.0),
         )
 
 

@@ -120,11 +120,14 @@ def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: dat
     liveness = timedelta(seconds=settings.liveness)
     open_by_vm: Dict[str, List[str]] = {}
     states: Dict[str, str] = {}
+    said: Dict[str, Dict[str, Dict[str, Any]]] = {}  # VM name -> event -> which witness said so
     for rec, _ in sorted(state.active.values(), key=lambda r: r[0].event_id):
         if not rec.ended:
             states[rec.event_id] = rec.state  # the same state names as the event view
             for name in rec.resources:
                 open_by_vm.setdefault(name, []).append(rec.event_id)
+                said.setdefault(name, {})[rec.event_id] = {"platform": rec.platform.get("said"),
+                                                           "self": name in rec.reported_by}
     vms = []
     for vm in state.all_vms():
         live = vm.live(now, liveness)
@@ -141,6 +144,7 @@ def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: dat
             "forwarderVersion": vm.forwarder_version or None,
             "openEvents": open_by_vm.get(vm.name, []) if vm.name_bound else [],
             "openEventStates": {e: states[e] for e in open_by_vm.get(vm.name, [])} if vm.name_bound else {},
+            "witnesses": said.get(vm.name, {}) if vm.name_bound else {},
             "silent": not live,
             "nameBound": vm.name_bound,
         })

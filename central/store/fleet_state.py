@@ -314,6 +314,8 @@ class FleetState:
                 )
                 owners.append(("gone", event_id))
                 ops.append(Op("upsert", rows.event_entity(rec, False)))
+            elif event_id in self.ended and rec.ended:  # an ended row corrected (the platform's exact end)
+                ops.append(Op("upsert", rows.event_entity(rec, False)))
             else:  # new (an ended event never comes back to life)
                 ops.append(Op("insert", rows.event_entity(rec, stays_active)))
             owners.append(("event", event_id))

@@ -179,6 +179,9 @@ def event_entity(rec: EventRecord, active: bool) -> Dict[str, Any]:
     put_json(entity, "Shadow", rec.shadow)
     put_json(entity, "Approvals", [a.to_json() for a in rec.approvals])
     put_json(entity, "PendingAlerts", rec.pending_alerts)
+    put_json(entity, "Ending", rec.ending)
+    put_json(entity, "Platform", rec.platform)
+    put_json(entity, "Claim", rec.claim)
     return _drop_none(entity)
 
 
@@ -210,6 +213,9 @@ def event_from_entity(e: Dict[str, Any]) -> EventRecord:
     rec.shadow = get_json(e, "Shadow", {}) or {}
     rec.approvals = [Approval.from_json(a) for a in get_json(e, "Approvals", []) or []]
     rec.pending_alerts = get_json(e, "PendingAlerts", []) or []
+    rec.ending = get_json(e, "Ending", {}) or {}
+    rec.platform = get_json(e, "Platform", {}) or {}
+    rec.claim = get_json(e, "Claim", {}) or {}
     return rec
 
 

@@ -50,7 +50,7 @@ OUTBOX_DROPPED_MARKER = "se.outbox_dropped vmId=%s name=%s dropped=%d previously
 
 ENVELOPE_TYPES = frozenset({"incarnation", "heartbeat", "quarantined", "approvalresult", "invalid"})
 EVENT_TYPES = frozenset({"Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"})
-ORIGINS = frozenset({"forwarder", "central"})
+ORIGINS = frozenset({"forwarder", "central", "platform"})
 OTHER = "other"
 _CLOUDEVENT_TYPE = re.compile(r"^scheduledevents\.([a-z]+)\.v\d+$")
 _SPACE = re.compile(r"\s+")

@@ -14,6 +14,9 @@ param namespaceName string
 @description('Event Hub name.')
 param hubName string
 
+@description('Hub Event Grid delivers the platform\'s own scheduled events to (the system topic\'s identity is its only sender).')
+param platformHubName string
+
 @description('Partitions of the hub (fixed after creation on Standard).')
 @minValue(1)
 @maxValue(32)
@@ -135,10 +138,32 @@ resource analyticsConsumerGroup 'Microsoft.EventHub/namespaces/eventhubs/consume
   }
 }
 
+// The platform's witness (issue 23): Event Grid's MaintenanceResources events land here, never on the
+// forwarders' hub, so no VM (Data Sender on that hub) can speak as the platform. Always created (an empty hub
+// costs nothing on Standard) so the Functions trigger binds whether the feed is on or off.
+resource platformHub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' = {
+  parent: namespace
+  name: platformHubName
+  properties: {
+    partitionCount: 2
+    messageRetentionInDays: messageRetentionInDays
+  }
+}
+
+resource platformConsumerGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = {
+  parent: platformHub
+  name: functionsConsumerGroupName
+  properties: {
+    userMetadata: 'Central Functions (the platform feed).'
+  }
+}
+
 output namespaceId string = namespace.id
 output namespaceName string = namespace.name
 output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'
 output hubId string = hub.id
 output hubName string = hub.name
+output platformHubId string = platformHub.id
+output platformHubName string = platformHub.name
 output functionsConsumerGroupName string = functionsConsumerGroup.name
 output analyticsConsumerGroupName string = analyticsConsumerGroup.name

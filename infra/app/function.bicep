@@ -34,6 +34,13 @@ param eventHubsFullyQualifiedNamespace string
 @description('Event Hub name.')
 param eventHubName string
 
+@description('Event Hub the platform feed (Event Grid scheduled events) is delivered to.')
+param platformEventHubName string
+
+@description('ARM id prefixes of VMs opted in to the platform feed (comma-separated); empty: none.')
+param platformConfirmScopes string = ''
+
+
 @description('Consumer group the Functions read with.')
 param consumerGroupName string
 
@@ -118,6 +125,11 @@ var settingsDoc = loadJsonContent('../../central/app_settings.json')
 var appSettingValues = {
   EVENTHUB_NAME: eventHubName
   EVENTHUB_CONSUMER_GROUP: consumerGroupName
+  PLATFORM_EVENTHUB_NAME: platformEventHubName
+  REPORT_GRACE_SECONDS: '120'
+  CLAIMS_COUNTED_PER_HOUR: '4'
+  PLATFORM_CONFIRM_SCOPES: platformConfirmScopes
+  PLATFORM_CONFIRM_GRACE_SECONDS: '300'
   EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
   EventHubConnection__credential: 'managedidentity'
   EventHubConnection__clientId: identityClientId

@@ -15,6 +15,9 @@ param eventHubsNamespaceName string
 @description('Event Hub name.')
 param eventHubName string
 
+@description('Event Hub the platform feed is delivered to.')
+param platformHubName string
+
 @description('Key Vault name.')
 param keyVaultName string
 
@@ -94,6 +97,11 @@ resource hub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' existing = {
   name: eventHubName
 }
 
+resource platformHub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' existing = {
+  parent: namespace
+  name: platformHubName
+}
+
 resource vault 'Microsoft.KeyVault/vaults@2023-07-01' existing = {
   name: keyVaultName
 }
@@ -138,6 +146,17 @@ resource queueCreatorRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' =
 resource fnHubReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(hub.id, functionPrincipalId, roles.eventHubsDataReceiver)
   scope: hub
+  properties: {
+    principalId: functionPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.eventHubsDataReceiver)
+  }
+}
+
+// Read the platform hub (issue 23) with the same consumer group. Scope: that hub only.
+resource fnPlatformHubReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(platformHub.id, functionPrincipalId, roles.eventHubsDataReceiver)
+  scope: platformHub
   properties: {
     principalId: functionPrincipalId
     principalType: 'ServicePrincipal'

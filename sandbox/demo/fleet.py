@@ -159,9 +159,10 @@ class Fleet:
         if "azurite" not in self.servers:
             self.servers["azurite"] = processes.start_azurite(log_dir=self.work)
         capture = ["--capture-connection-string", self.storage, "--capture-container", CAPTURE_CONTAINER,
-                   "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL)]
+                   "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL),
+                   "--capture-hub", HUB]
         self.servers["eventhubs"] = processes.start_eventhubs(
-            (f"{HUB}=4",), log_dir=self.work, args=capture if s.capture else ())
+            (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work, args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
         if s.authenticate:  # the simulator's own test PKI signs attested documents; central trusts its root
             imds_args += ["--attestation-dir", str(self.work / "attestation")]
@@ -238,8 +239,7 @@ class Fleet:
             "FUNCTIONS_WORKER_RUNTIME": "python",
             "AzureWebJobsStorage": self.storage,
             "ApprovalStorage": self.storage,
-            "EventHubConnection": processes.eventhubs_connection_string(self.servers["eventhubs"].port, HUB),
-            "EVENTHUB_NAME": HUB,
+            **processes.central_hub_settings(self.servers["eventhubs"].port, HUB),
             "EVENTHUB_CONSUMER_GROUP": CONSUMER_GROUP,
             "TABLE_PREFIX": TABLE_PREFIX,
             "ALERT_WEBHOOK_URL": f"{self.webhook_url}/alerts/demo",

@@ -60,6 +60,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        help="write no file for a window without events (Azure's skipEmptyArchives)")
     group.add_argument("--capture-name-format", default=capture_mod.DEFAULT_NAME_FORMAT,
                        help="blob name format (default %(default)s); every field must appear")
+    group.add_argument("--capture-hub", action="append", metavar="NAME",
+                       help="capture only this hub (repeatable; default every hub), as Azure sets it per hub")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -90,7 +92,7 @@ def _capture(parser: argparse.ArgumentParser, args: argparse.Namespace,
         connection_string=args.capture_connection_string, container=args.capture_container,
         namespace=args.capture_namespace, interval_seconds=args.capture_interval,
         size_limit_bytes=args.capture_size_limit, skip_empty=args.capture_skip_empty,
-        name_format=args.capture_name_format)
+        name_format=args.capture_name_format, hubs=tuple(args.capture_hub or ()))
     try:
         return capture_mod.Capture(broker, settings, data_dir=args.data_dir)
     except ValueError as exc:  # the blob SDK's verdict on a malformed connection string

@@ -68,6 +68,7 @@ class CaptureSettings:
     size_limit_bytes: int = DEFAULT_SIZE_LIMIT
     skip_empty: bool = False
     name_format: str = DEFAULT_NAME_FORMAT
+    hubs: Tuple[str, ...] = ()  # the hubs captured (Azure configures Capture per hub); empty: every hub
 
 
 def check_name_format(fmt: str) -> Optional[str]:
@@ -178,6 +179,8 @@ class Capture:
         now = time.time()
         self._windows: List[Tuple[str, _Window]] = []
         for hub in broker.hubs.values():
+            if settings.hubs and hub.name not in settings.hubs:
+                continue
             for partition in hub.partitions:
                 start_at = self._load_position(hub.name, partition)
                 self._windows.append((hub.name, _Window(partition, now, start_at)))

@@ -47,6 +47,15 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds an attested document is valid (default 21600, as on Azure)")
     p.add_argument("--attestation-cache-seconds", type=float, default=0.0, metavar="S",
                    help="answer the same attested document for S seconds whatever the nonce (IMDS caches)")
+    feed = p.add_argument_group("platform feed", "Azure's own Scheduled Events feed (Event Grid system "
+                                "topic events) published into Event Hubs (docs/imds-simulator.md)")
+    feed.add_argument("--platform-feed", metavar="CONNECTION_STRING", default="",
+                      help="publish each event's transitions to this hub (connection string with EntityPath)")
+    feed.add_argument("--platform-duplicates", action="store_true", help="send every platform event twice")
+    feed.add_argument("--platform-reorder", action="store_true",
+                      help="hold each platform event back until the next one was sent")
+    feed.add_argument("--platform-delay", type=float, default=0.0, metavar="S",
+                      help="send each platform event S seconds late")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return p
 
@@ -64,6 +73,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         attestation.pki.write_trust(args.attestation_dir)
     sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose,
                 attestation=attestation)
+    feed = None
+    if args.platform_feed:
+        from .platform_feed import FeedFaults, PlatformFeed
+
+        faults = FeedFaults(args.platform_duplicates, args.platform_reorder, args.platform_delay)
+        feed = PlatformFeed(args.platform_feed, vms, faults)
+        sim.fabric.listeners.append(feed)
     httpd = serve(sim, args.host, args.port)
 
     def stop(signum: int, _frame: object) -> None:
@@ -76,6 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(json.dumps({"msg": "imds simulator listening", "url": f"http://{host}:{port}",
                       "vms": [v.name for v in vms], "timeScale": args.time_scale}), flush=True)
     run_forever(sim, httpd)
+    if feed is not None:
+        feed.close()
     return 0
 
 

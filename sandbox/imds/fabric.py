@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .clock import Clock, rfc1123
 from .events import CANCELLED, COMPLETED, SCHEDULED, STARTED, SimEvent
@@ -52,6 +52,9 @@ class Fabric:
         self._stopped = False
         self.vms: Dict[str, VmState] = {}
         self.events: Dict[str, SimEvent] = {}
+        # called with a copy of an event and the instant of each transition (the platform feed), under
+        # the lock: a listener only queues
+        self.listeners: List[Callable[[SimEvent, float], None]] = []
         self.reset()
 
     # ---- VMs -----------------------------------------------------------------------------
@@ -122,6 +125,7 @@ class Fabric:
                 self._start(event, now)
             else:
                 event.not_before = self.clock.not_before(event.notice_seconds, now)
+                self._emit(event, now)
             self.events[event.event_id] = event
             self._refresh()
             self._cond.notify_all()
@@ -180,6 +184,7 @@ class Fabric:
                 self._start(event, now)
             else:
                 event.state, event.ended_at = CANCELLED, now
+                self._emit(event, now)
             self._refresh()
             self._cond.notify_all()
             return copy.deepcopy(event)
@@ -188,6 +193,11 @@ class Fabric:
     def _start(self, event: SimEvent, at: float) -> None:
         event.state, event.started_at, event.not_before = STARTED, at, None
         event.gone_at = at + self.clock.real_seconds(event.started_seconds)
+        self._emit(event, at)
+
+    def _emit(self, event: SimEvent, at: float) -> None:
+        for listener in self.listeners:
+            listener(copy.deepcopy(event), at)
 
     def _next_due(self) -> Optional[Tuple[float, SimEvent]]:
         best: Optional[Tuple[float, SimEvent]] = None
@@ -208,6 +218,7 @@ class Fabric:
                 self._start(event, at)
             else:
                 event.state, event.ended_at = COMPLETED, at
+                self._emit(event, at)
             self._refresh()
 
     def _refresh(self) -> None:

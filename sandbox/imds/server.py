@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .admin import AdminApi
+from .arm import ArmStandIn
 from .attested import AttestedDocuments
 from .clock import Clock
 from .fabric import Fabric, UnknownVm
@@ -34,6 +36,7 @@ class Simulator:
     metadata: MetadataService
     admin: AdminApi
     verbose: bool = False
+    arm: Optional[ArmStandIn] = None  # the ARM acknowledge API's stand-in (/subscriptions/...)
 
 
 def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
@@ -44,7 +47,8 @@ def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: i
     limiter = SlidingWindowLimiter(rate_limit, rate_window)
     metadata = MetadataService(fabric, faults, limiter, first_call_delay)
     metadata.attested = attestation  # None: the attested route answers 404
-    return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose)
+    return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose,
+                     ArmStandIn(fabric))
 
 
 def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
@@ -134,6 +138,13 @@ class Handler(BaseHTTPRequestHandler):
         query: Dict[str, str] = {}
         for key, value in parse_qsl(url.query, keep_blank_values=True):
             query.setdefault(key, value)
+        if self.sim.arm is not None and url.path.lower().startswith("/subscriptions/"):
+            return self.sim.arm.handle(self.command, url.path, query, self.headers, body)
+        if self.sim.arm is not None and url.path == "/admin/arm" and self.command == "POST":
+            try:
+                return self.sim.arm.configure(json.loads(body or b"{}"))
+            except ValueError:
+                return error(400, "the body must be JSON")
         if url.path == "/admin" or url.path.startswith("/admin/"):
             parts: List[str] = [unquote(p) for p in url.path[len("/admin/"):].split("/") if p]
             return self.sim.admin.handle(self.command, parts, query, body)

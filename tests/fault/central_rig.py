@@ -75,8 +75,7 @@ def runner_settings(files: RunnerFiles, storage: str, eventhubs_port: int, group
     files.write({
         "AzureWebJobsStorage": storage,
         "ApprovalStorage": storage,
-        "EventHubConnection": processes.eventhubs_connection_string(eventhubs_port, HUB),
-        "EVENTHUB_NAME": HUB,
+        **processes.central_hub_settings(eventhubs_port, HUB),
         "EVENTHUB_CONSUMER_GROUP": group,
         "TABLE_PREFIX": PREFIX,
         "POLICY_JSON": "",

@@ -64,7 +64,7 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
     size = FORMS[form]
     rng = random.Random(5)  # noqa: S311 - reproducible kill timing
     azurite = processes.start_azurite(log_dir=tmp_path)
-    hub = processes.start_eventhubs([f"{HUB}=8"], log_dir=tmp_path)
+    hub = processes.start_eventhubs([f"{HUB}=8", f"{processes.PLATFORM_HUB}=1"], log_dir=tmp_path)
     webhook = processes.start_webhook_receiver(log_dir=tmp_path)
     storage = azurite.extra["connection_string"]
     conn = processes.eventhubs_connection_string(hub.port, HUB)

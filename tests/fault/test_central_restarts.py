@@ -87,7 +87,7 @@ def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tm
     rng = random.Random(11)  # noqa: S311 - reproducible fault timing
     size = FORMS[form]
     azurite = processes.start_azurite(log_dir=tmp_path)
-    hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=tmp_path)
+    hub = processes.start_eventhubs([f"{HUB}=4", f"{processes.PLATFORM_HUB}=1"], log_dir=tmp_path)
     webhook = processes.start_webhook_receiver(log_dir=tmp_path)
     storage = azurite.extra["connection_string"]
     conn = processes.eventhubs_connection_string(hub.port, HUB)

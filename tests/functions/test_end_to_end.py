@@ -35,8 +35,7 @@ def central_runner(
         {
             "AzureWebJobsStorage": storage,
             "ApprovalStorage": storage,
-            "EventHubConnection": processes.eventhubs_connection_string(eventhubs_server.port, HUB),
-            "EVENTHUB_NAME": HUB,
+            **processes.central_hub_settings(eventhubs_server.port, HUB),
             "EVENTHUB_CONSUMER_GROUP": "central-e2e",
             "TABLE_PREFIX": PREFIX,
             "POLICY_JSON": "",

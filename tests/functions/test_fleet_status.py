@@ -27,11 +27,11 @@ TOKENS: Dict[str, str] = {}
 def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     work = tmp_path_factory.mktemp("fleet")
     azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2",), log_dir=work)
+    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
     storage = azurite.extra["connection_string"]
     values = {
         "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
-        "EventHubConnection": processes.eventhubs_connection_string(hub.port, "scheduled-events"),
+        **processes.central_hub_settings(hub.port),
         "EVENTHUB_NAME": "scheduled-events", "EVENTHUB_CONSUMER_GROUP": "fleet", "TABLE_PREFIX": "fleet",
         "POLICY_JSON": json.dumps({"version": 1,
                                    "budgets": {"sets": {"groupBy": "scaleSet", "maxImpacted": 1}},

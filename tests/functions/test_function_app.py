@@ -53,6 +53,7 @@ def connections_used() -> Set[str]:
 def test_functions_and_their_trigger_types() -> None:
     assert {name: t["type"] for name, t in triggers().items()} == {
         "ingest": "eventHubTrigger",
+        "platform": "eventHubTrigger",
         "reevaluate": "timerTrigger",
         "pending": "httpTrigger",
         "event": "httpTrigger",

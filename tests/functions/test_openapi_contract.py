@@ -38,12 +38,12 @@ HEADERS = {"x-functions-key": KEY}
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("contract")
     azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2",), log_dir=work)
+    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
     storage = azurite.extra["connection_string"]
     values = {
         "AzureWebJobsStorage": storage,
         "ApprovalStorage": storage,
-        "EventHubConnection": processes.eventhubs_connection_string(hub.port, "scheduled-events"),
+        **processes.central_hub_settings(hub.port),
         "EVENTHUB_NAME": "scheduled-events",
         "EVENTHUB_CONSUMER_GROUP": "contract",
         "TABLE_PREFIX": PREFIX,

@@ -1,0 +1,247 @@
+"""Issue 23 points 1 and 2: the platform's own feed (Event Grid ScheduledEventEmitted events, as delivered
+into central's platform hub) on a real CentralService over Azurite: parsing, dedupe on the Event Grid id,
+status only forward, one cancelled spelling, matching Resources to VMs by name for each VM kind, one record
+per EventId with the platform's facts outranking a VM's, the exact end, and bad input quarantined."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from central.intake import platform
+
+from .conftest import Env, Hook
+from .factory import T0, Vm, body, event, rfc1123
+
+SUB, RG = "00000000-0000-0000-0000-000000000001", "rg-fleet"
+S = timedelta(seconds=1)
+
+
+def owner_id(kind: str, name: str, event_id: str) -> str:
+    return (f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/{kind}/{name}"
+            f"/providers/Microsoft.Maintenance/scheduledevents/{event_id}")
+
+
+def grid(event_id: str, resources: List[str], status: str = "Scheduled", event_type: str = "Reboot",
+         not_before: Optional[datetime] = None, kind: str = "virtualMachines", owner: str = "",
+         grid_id: str = "", at: datetime = T0) -> Dict[str, Any]:
+    """One Event Grid event as the system topic emits it (platform-feed.md's sample shape)."""
+    nb = "" if status in ("Started", "Completed", "Canceled") else rfc1123(not_before or T0 + 15 * 60 * S)
+    rid = owner_id(kind, owner or resources[0], event_id)
+    return {
+        "id": grid_id or str(uuid.uuid4()),
+        "topic": f"/subscriptions/{SUB}",
+        "subject": rid,
+        "data": {"resourceInfo": {
+            "id": rid, "name": event_id, "type": "microsoft.maintenance/scheduledEvents",
+            "location": "eastus",
+            "properties": {"DurationInSeconds": 5, "Description": "Host maintenance", "EventId": event_id,
+                           "EventSource": "Platform", "EventStatus": status, "EventType": event_type,
+                           "NotBefore": nb, "Resources": resources, "ResourceType": "VirtualMachine",
+                           "ScheduledEventApiVersion": "2020-07-01"}},
+            "apiVersion": "2024-07-01"},
+        "eventType": platform.EMITTED,
+        "dataVersion": "3.0", "metadataVersion": "1", "eventTime": at.isoformat(),
+    }
+
+
+def msg(*events: Dict[str, Any]) -> bytes:
+    return json.dumps(list(events)).encode()
+
+
+# ---- parsing (pure) ----------------------------------------------------------------------------------
+
+def test_a_body_is_an_array_or_one_event_and_the_cancelled_spelling_is_one() -> None:
+    one = grid("E1", ["vm-a"], "Canceled")
+    (parsed,) = platform.parse_body(json.dumps(one))
+    assert isinstance(parsed, platform.PlatformEvent)
+    assert (parsed.status, parsed.said, parsed.not_before) == ("Cancelled", "Canceled", None)
+    both = platform.parse_body(msg(grid("E1", ["vm-a"]), grid("E2", ["vm-b"], "Started")))
+    assert [(p.event_id, p.status) for p in both] == [("E1", "Scheduled"), ("E2", "Started")]
+    assert both[0].not_before == T0 + 15 * 60 * S
+
+
+@pytest.mark.parametrize("kind,owner,resources", [
+    ("virtualMachines", "web-7", ["web-7"]),  # standalone VM: the VM's own name
+    ("virtualMachineScaleSets", "flex", ["flex_3f2a1b9c"]),  # Flexible: each instance is a VM, its name
+    ("virtualMachineScaleSets", "uni", ["uni_0", "uni_4"]),  # Uniform: <set>_<instanceId>, IMDS's name
+    ("availabilitySets", "avset", ["db-1", "db-2"]),  # availability set: the VMs' names
+])
+def test_the_owner_is_the_compute_resource_that_acknowledges(kind: str, owner: str,
+                                                             resources: List[str]) -> None:
+    (parsed,) = platform.parse_body(msg(grid("E1", resources, kind=kind, owner=owner)))
+    assert isinstance(parsed, platform.PlatformEvent)
+    assert parsed.owner == platform.Owner(SUB, RG, kind, owner)
+    assert list(parsed.resources) == sorted(resources)
+
+
+@pytest.mark.parametrize("doc,why", [
+    ("{not json", "not JSON"),
+    (json.dumps({"id": "x", "eventType": "Microsoft.Resources.ResourceWriteSuccess", "data": {}}),
+     "not a scheduled event"),
+    (json.dumps(dict(grid("E1", ["a"]), id="")), "no Event Grid id"),
+    (json.dumps(grid("E1", ["a"], "Paused")), "EventStatus 'Paused'"),
+    (json.dumps(grid("E1", ["a"], event_type="Explode")), "EventType 'Explode'"),
+])
+def test_bad_and_unknown_events_are_bad_envelopes(doc: str, why: str) -> None:
+    (parsed,) = platform.parse_body(doc)
+    assert not isinstance(parsed, platform.PlatformEvent)
+    assert why in parsed.errors[0]["message"] and parsed.extra == {"source": "platform"}
+
+
+# ---- central (Azurite) ------------------------------------------------------------------------------
+
+def test_a_platform_event_names_known_vms_and_the_policy_approves_through_one(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a, b = Vm("uni_0", scale_set="uni"), Vm("uni_4", scale_set="uni")
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat())], now=T0)
+    result = svc.handle_platform_batch([msg(grid("E1", ["uni_4", "uni_0"], kind="virtualMachineScaleSets",
+                                                 owner="uni"))], now=T0 + S)
+    assert result.processed == 1 and result.approvals_sent == 1
+    assert len(env.messages(a.vm_id)) == 1  # the first live VM of sorted Resources, matched by name
+    view = svc.event("E1", now=T0 + S)
+    assert view["witnesses"]["platform"]["owner"]["kind"] == "virtualMachineScaleSets"
+    assert view["history"][0]["witness"] == "platform" and view["reportedBy"] == {}
+    svc.handle_batch([body(a.incarnation_env([event("E1", ["uni_0", "uni_4"])], at=T0 + 2 * S))],
+                     now=T0 + 2 * S)  # uni_0's forwarder reports it too: one record, two witnesses
+    fleet = {v["name"]: v["witnesses"] for v in svc.fleet(now=T0 + 2 * S)["vms"]}
+    assert fleet == {"uni_0": {"E1": {"platform": "Scheduled", "self": True}},
+                     "uni_4": {"E1": {"platform": "Scheduled", "self": False}}}
+    assert svc.event("E1")["witnesses"]["vms"] == {"uni_0": a.vm_id}
+
+
+def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    vm = Vm("web-7")
+    svc.handle_batch([body(vm.heartbeat())], now=T0)
+    scheduled, started = grid("E2", ["web-7"], grid_id="g-1"), grid("E2", ["web-7"], "Started", grid_id="g-2")
+    assert svc.handle_platform_batch([msg(started)], now=T0 + S).processed == 1
+    late = svc.handle_platform_batch([msg(scheduled, started)], now=T0 + 2 * S)  # reordered + redelivered
+    assert late.duplicates == 1 and late.stale == 1
+    again = env.service().handle_platform_batch([msg(started)], now=T0 + 3 * S)  # another instance: durable
+    assert again.duplicates == 1
+    view = svc.event("E2", now=T0 + 3 * S)
+    assert view["status"] == "Started" and [h["status"] for h in view["history"]] == ["Started"]
+    assert view["witnesses"]["platform"]["gridIds"] == ["g-2", "g-1"]
+
+
+def test_the_platform_s_canceled_ends_an_event_imds_still_lists(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    vm = Vm("web-7")
+    ev = event("E3", ["web-7"])
+    svc.handle_batch([body(vm.heartbeat()), body(vm.incarnation_env([ev]))], now=T0)
+    svc.handle_platform_batch([msg(grid("E3", ["web-7"]), grid("E3", ["web-7"], "Canceled"))], now=T0 + S)
+    view = svc.event("E3", now=T0 + S)
+    assert (view["status"], view["state"]) == ("Cancelled", "ended")
+    assert view["history"][-1] == {"status": "Cancelled", "said": "Canceled", "witness": "platform", "vm": "",
+                                   "at": view["history"][-1]["at"]}
+    assert view["witnesses"]["platform"]["said"] == "Canceled"
+    still = svc.handle_batch([body(vm.incarnation_env([ev], at=T0 + 2 * S))], now=T0 + 2 * S)
+    assert still.late == 1 and svc.event("E3")["status"] == "Cancelled"  # never revived
+
+
+def test_the_platform_s_completed_corrects_the_guess_of_an_unlisting(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    vm = Vm("web-7")
+    ev = event("E4", ["web-7"])
+    svc.handle_batch([body(vm.heartbeat()), body(vm.incarnation_env([ev]))], now=T0)
+    svc.handle_batch([body(vm.incarnation_env([], at=T0 + 60 * S))], now=T0 + 60 * S)  # gone between polls
+    assert svc.event("E4")["status"] == "Cancelled"  # the guess: never seen Started
+    svc.handle_platform_batch([msg(grid("E4", ["web-7"], "Completed"))], now=T0 + 61 * S)
+    for reader in (svc, env.service()):  # the corrected row is what every instance reads
+        view = reader.event("E4")
+        assert view["status"] == "Completed" and view["history"][-1]["corrects"] == "Cancelled"
+
+
+def test_platform_facts_outrank_a_vm_s(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    a, b = Vm("db-1"), Vm("db-2")
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat())], now=T0)
+    # db-1 reported first, with a NotBefore the platform does not say: the platform's wins, alerted
+    made_up = event("E5", ["db-1"], not_before=T0 + 60 * 60 * S)
+    svc.handle_batch([body(a.incarnation_env([made_up]))], now=T0)
+    svc.handle_platform_batch([msg(grid("E5", ["db-1", "db-2"], kind="availabilitySets", owner="avset"))],
+                              now=T0 + S)
+    view = svc.event("E5", now=T0 + S)
+    assert view["resources"] == ["db-1", "db-2"] and view["notBefore"].startswith("2026-11-21T12:15:00")
+    contradicts = [x for x in hook.alerts() if x.get("kind") == "platform-contradicts"]
+    assert len(contradicts) == 1 and "db-1" in contradicts[0]["text"]
+    # afterwards a VM report that contradicts the platform is refused (quarantined, alerted)
+    refused = svc.handle_batch([body(b.incarnation_env([event("E5", ["db-2"])], at=T0 + 2 * S))],
+                               now=T0 + 2 * S)
+    assert refused.refused == 1
+    assert any(x.get("kind") == "refused-report" for x in hook.alerts())
+    assert "db-2" not in svc.event("E5")["reportedBy"]
+
+
+def test_bad_platform_events_are_quarantined_and_alerted_never_raised(env: Env, hook: Hook) -> None:
+    svc = env.service()
+    result = svc.handle_platform_batch([b"{nope", msg(grid("E6", ["x"], "Paused"))], now=T0)
+    assert result.quarantined == 2 and not result.errors
+    rows = env.rows("Quarantine")
+    assert len(rows) == 2
+    alerts = [x for x in hook.alerts() if x.get("kind") == "quarantined"]
+    assert len(alerts) == 1 and "platform event" in alerts[0]["text"]  # one per window, every one kept
+
+
+# ---- what each witness's word counts for (point 2) -----------------------------------------------------
+
+BUDGET = json.dumps({"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 2}},
+                     "rules": [{"name": "reboots", "action": "approve"}]})
+SCOPE = "/subscriptions/0000/resourceGroups/rg"
+
+
+def made_up_then_real(env: Env, **settings: str) -> Any:
+    """web_0 makes up an event naming itself and web_1 (the policy approves it at once: it impacts them);
+    the platform then emits a real Reboot of web_2 and web_3, which waits: the set's budget is two VMs."""
+    svc = env.service(POLICY_JSON=BUDGET, **settings)
+    vms = [Vm(f"web_{i}", scale_set="web") for i in range(4)]
+    svc.handle_batch([body(vm.heartbeat()) for vm in vms]
+                     + [body(vms[0].incarnation_env([event("MADE-UP", ["web_0", "web_1"])]))], now=T0)
+    svc.handle_platform_batch([msg(grid("REAL", ["web_2", "web_3"]))], now=T0 + S)
+    assert svc.event("REAL", now=T0 + S)["state"] == "waiting-budget"
+    later = T0 + 301 * S
+    svc.handle_batch([body(vm.heartbeat(at=later)) for vm in vms], now=later)
+    svc.reevaluate(now=later + S)
+    return svc, vms[2]
+
+
+def test_an_opted_in_vm_s_event_the_platform_never_emitted_counts_toward_no_budget(
+    env: Env, hook: Hook
+) -> None:
+    svc, w2 = made_up_then_real(env, PLATFORM_CONFIRM_SCOPES=SCOPE)
+    assert svc.event("REAL")["state"] == "approving" and len(env.messages(w2.vm_id)) == 1
+    (alert,) = [a for a in hook.alerts() if a.get("kind") == "unconfirmed"]
+    assert alert["eventId"] == "MADE-UP" and "web_0" in alert["text"]
+
+
+def test_without_the_scope_the_reporter_s_own_vm_still_counts(env: Env, hook: Hook) -> None:
+    svc, w2 = made_up_then_real(env)
+    assert svc.event("REAL")["state"] == "waiting-budget"  # web_0 reported it: 1 + 2 > 2
+    assert env.messages(w2.vm_id) == []
+    assert not [a for a in hook.alerts() if a.get("kind") == "unconfirmed"]
+
+
+def test_a_reporter_s_claims_about_others_count_only_within_its_hourly_allowance() -> None:
+    from central.model.events import EventRecord
+    from central.model.vms import VmState
+    from central.policy.decide import FleetView
+    from central.policy.witness import WitnessRules
+
+    vms = {n: VmState(f"id-{n}", n, last_seen=T0) for n in ("a", "b")}
+    rules = WitnessRules(claims_per_hour=2)
+    counted = []
+    for rank in (1, 2, 3):
+        rec = EventRecord(event_id=f"C{rank}", first_seen=T0)
+        rec.absorb(event(f"C{rank}", ["a", "b"]), "id-a", "a", T0)
+        rec.claim = {"by": "a", "rank": rank}
+        view = FleetView(vms, [rec], rules=rules)
+        counted.append(sorted(vm.name for vm in view.impacted_vms(rec, T0 + 10 * S)))
+    assert counted == [["a", "b"], ["a", "b"], ["a"]]  # the third claim this hour: only its reporter
+    rec.platform = {"status": "Scheduled"}  # the platform's word: every VM it names, reported or not
+    late = T0 + 600 * S
+    assert sorted(vm.name for vm in FleetView(vms, [rec], rules=rules).impacted_vms(rec, late)) == ["a", "b"]
