@@ -55,11 +55,13 @@ def parse(
         problems += [
             {"path": "/", "message": m} for m in (limits.text_problem(env_mod._text(body), item.raw),) if m
         ]
-        reason = "" if problems else gate(item.vm_id, body, properties, received)
+        # The sender check runs on an over-limit envelope too: whether its vmId is verified decides
+        # what its alert may be keyed by (a forged claim must never key the named VM's alerts).
+        reason = gate(item.vm_id, body, properties, received)
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
         if problems:
-            item = bad_from(body, problems, item)
+            item = bad_from(body, problems, item, verified=not reason)
     return Item(item, received)
 
 
@@ -146,6 +148,7 @@ class Ingest:
             text,
             [{"path": "/", "message": f"the log store refused its rows: {why}"[:300]}],
             item.parsed if isinstance(item.parsed, Envelope) else None,
+            verified=True,  # it passed the sender check before the store refused it
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)

@@ -84,7 +84,10 @@ param alertBackoffSeconds string
 @maxValue(60)
 param alertTimeoutSeconds int
 
-@description('Sender authentication: PEM bundle of the roots and issuing CAs of the IMDS attested document signer (docs/security.md); empty: not configured.')
+@description('Sender authentication mode: required | preferred | off (docs/security.md).')
+param authnMode string
+
+@description('Sender authentication: PEM certificates added to the shipped trust (docs/security.md); empty: none.')
 param authnTrustPem string
 
 @description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
@@ -130,8 +133,10 @@ var appSettingValues = {
   ALERT_MAX_ATTEMPTS: string(alertMaxAttempts)
   ALERT_BACKOFF_SECONDS: alertBackoffSeconds
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
+  AUTHN_MODE: authnMode
   AUTHN_TRUST_PEM: authnTrustPem
   AUTHN_METADATA_DOMAINS: authnMetadataDomains
+  AUTHN_AIA_HOSTS: ''
 }
 
 // Same key set <=> the union adds no key and both have the same count.

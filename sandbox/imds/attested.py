@@ -106,11 +106,13 @@ class SandboxPki:
     leaf: _Issued
 
     @classmethod
-    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN) -> SandboxPki:
-        now = dt.datetime.now(dt.timezone.utc)
-        root = _issue("se-sandbox Test Root", None, True, now, days=30)
-        intermediate = _issue("se-sandbox Test TLS Issuing CA 01", root, True, now, days=30)
-        leaf = _issue(domain, intermediate, False, now, days=7, san=(f"{region}.{domain}", domain))
+    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN,
+                 start: Optional[dt.datetime] = None, days: int = 7) -> SandboxPki:
+        """`start`/`days`: the leaf's validity (from an hour before `start`, default now); CAs outlive it."""
+        now = start or dt.datetime.now(dt.timezone.utc)
+        root = _issue("se-sandbox Test Root", None, True, now, days=days + 23)
+        intermediate = _issue("se-sandbox Test TLS Issuing CA 01", root, True, now, days=days + 23)
+        leaf = _issue(domain, intermediate, False, now, days=days, san=(f"{region}.{domain}", domain))
         return cls(root, intermediate, leaf)
 
     def trust_pem(self) -> str:

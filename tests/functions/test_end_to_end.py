@@ -14,6 +14,7 @@ from azure.data.tables import TableServiceClient
 from azure.eventhub import EventData, EventHubProducerClient
 
 from sandbox import processes
+from tests import signing
 
 from .conftest import RunnerFiles, start_runner, wait_until
 
@@ -31,7 +32,7 @@ def central_runner(
     storage = azurite.extra["connection_string"]
     files = RunnerFiles(tmp_path / "central")
     files.write(
-        {
+        signing.with_trust({
             "AzureWebJobsStorage": storage,
             "ApprovalStorage": storage,
             "EventHubConnection": processes.eventhubs_connection_string(eventhubs_server.port, HUB),
@@ -42,7 +43,7 @@ def central_runner(
             "ALERT_WEBHOOK_URL": "",
             "ALERT_WEBHOOK_FORMAT": "generic",
             "REEVALUATE_SCHEDULE": "*/2 * * * * *",
-        },
+        }),
         keys={"host": {"default": KEY}},
     )
     runner = start_runner(files, "function_app")
@@ -90,7 +91,7 @@ def test_an_envelope_published_to_event_hubs_reaches_the_central_log_store(
     )
     with producer:
         batch = producer.create_batch(partition_key=ENVELOPE["partitionkey"])
-        batch.add(EventData(json.dumps(ENVELOPE)))
+        batch.add(signing.event_data(json.dumps(ENVELOPE).encode()))
         batch.add(EventData(b"{not an envelope"))
         producer.send_batch(batch)
 

@@ -12,8 +12,8 @@ from typing import Iterator, List
 import pytest
 
 from central.cli import se_fleet as fleet_cli
-from central.runtime.service import CentralService
 from sandbox import processes
+from tests import signing
 from tests.central.factory import Vm, body, event
 
 from .conftest import RunnerFiles, start_runner
@@ -37,7 +37,7 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
                                    "rules": [{"name": "manual", "action": "hold"}]}),
         "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
     }
-    svc = CentralService.from_settings(values)
+    svc = signing.central(values)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
     an_hour_ago = NOW - timedelta(hours=1)
     svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)
