@@ -58,7 +58,8 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
         lines.append("WARNING: sender authentication is OFF (AUTHN_MODE=off): any holder of the hub's send "
                      "right can speak for any VM (docs/security.md)")
     elif mode != "required":
-        lines.append(f"sender authentication: {mode} (unsigned envelopes accepted from VMs never seen signed)")
+        lines.append(f"sender authentication: {mode} (unsigned envelopes accepted from VMs never seen "
+                     "signed)")
     return "\n".join(lines)
 
 

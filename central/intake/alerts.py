@@ -3,8 +3,9 @@ outbox drops, and the status alert an event owes. Ingest commits them with the c
 central.runtime.act delivers them (at least once, with a stable idempotency key).
 
 Quarantine and refusal alerts are bounded per source: one per sending VM as central verified it (one
-for every body whose sender is not verified, whatever VM it claims; one for bodies that name none) per WINDOW, whatever the volume; every body is still kept in the Quarantine table. So a
-flood from one VM costs one alert per window and can never crowd out another's."""
+for every body whose sender is not verified, whatever VM it claims; one for bodies that name none)
+per WINDOW, whatever the volume; every body is still kept in the Quarantine table. So a flood from one
+VM costs one alert per window, and an unverified body can never crowd out a verified VM's alerts."""
 
 from __future__ import annotations
 
