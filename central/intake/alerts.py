@@ -48,6 +48,25 @@ def quarantined(bad: BadEnvelope, now: datetime) -> Alert:
     )
 
 
+def trust_failure(bad: BadEnvelope, now: datetime) -> Alert:
+    """Sender authentication could not chain a signer to a trusted root: most likely Azure moved to a CA
+    central neither ships nor could fetch. One critical alert per issuer per day, whatever the volume."""
+    issuer = str(bad.extra.get("trustIssuer") or "an unknown issuer")
+    return Alert(
+        f"authn-trust:{issuer[:120]}:{iso(now)[:10]}",
+        "authn-trust",
+        "critical",
+        f"Sender authentication cannot chain attested documents through {issuer}",
+        f"Envelopes signed under {issuer} are refused as untrusted and kept in the Quarantine table with "
+        "their authentication properties. Diagnose one document from an affected VM with `se-attest "
+        "doc.json`, then add the issuer to AUTHN_TRUST_PEM or allow its AIA host in AUTHN_AIA_HOSTS "
+        "(docs/security.md, 'When Azure changes its CA').",
+        now,
+        facts={"issuer": issuer, "claimedVmId": bad.vm_id, "sha256": bad.sha256},
+        next_try=now + ALERT_LEASE,
+    )
+
+
 def forwarder_quarantined(env: Envelope, sha256: str, now: datetime) -> Alert:
     errs = env.data.get("errors") or [{"path": "/", "message": "?"}]
     return Alert(

@@ -261,6 +261,8 @@ class Planner:
         plan.metrics.append(lambda: metrics.quarantine("central", bad.vm_id or ""))
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
+        if "trustIssuer" in bad.extra:
+            plan.changes.alerts.append(ingest_alerts.trust_failure(bad, now))  # deduplicated by key below
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")

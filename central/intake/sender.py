@@ -30,6 +30,20 @@ MODES = ("required", "preferred", "off")
 SIGNED_VMS_LIMIT = 200_000
 
 
+class Refusal(str):
+    """Why the sender check refused (the str ingest records), with its class and, for a trust failure,
+    the issuer that could not be chained (what the critical alert names)."""
+
+    kind: str = "forgery"
+    issuer: str = ""
+
+
+def refusal(text: str, kind: str, issuer: str = "") -> Refusal:
+    out = Refusal(text)
+    out.kind, out.issuer = kind, issuer
+    return out
+
+
 class SenderAuth:
     """`check(vm_id, body, properties, received)` -> "" (authenticated, or accepted by the mode) or why not.
     After a refusal, `last` holds the authn.Rejected (its kind and issuer)."""
@@ -92,7 +106,8 @@ class SenderAuth:
                                     "a VM that signed cannot be downgraded")
         self.refused += 1
         self.last = result
-        return f"sender not authenticated ({result.reason}): {result.detail}"  # type: ignore[union-attr]
+        return refusal(f"sender not authenticated ({result.reason}): {result.detail}",  # type: ignore
+                       result.kind, result.issuer)  # type: ignore[union-attr]
 
     def status(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"enabled": self.enabled, "mode": self.mode, "accepted": self.accepted,

@@ -61,8 +61,26 @@ def parse(
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
         if problems:
-            item = bad_from(body, problems, item, verified=not reason)
+            bad = bad_from(body, problems, item, verified=not reason)
+            if getattr(reason, "kind", "") == "trust":
+                # kept with what re-verifying it needs once trust is repaired (docs/security.md runbook)
+                bad.extra.update(trustIssuer=getattr(reason, "issuer", ""), receivedAt=received,
+                                 authProperties=auth_properties(properties))
+            item = bad
     return Item(item, received)
+
+
+def auth_properties(properties: Optional[Mapping[Any, Any]]) -> dict:
+    """The sender-authentication application properties of an event, as text (bounded by the verifier's
+    own limits: a document over 16 KiB was refused as malformed, not as a trust failure)."""
+    from schemas import authn as wire
+
+    out = {}
+    for k, v in (properties or {}).items():
+        key = k.decode("utf-8", "replace") if isinstance(k, (bytes, bytearray)) else str(k)
+        if key in wire.PROPERTIES:
+            out[key] = (v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v))[:20000]
+    return out
 
 
 class Ingest:
