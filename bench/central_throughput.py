@@ -218,6 +218,8 @@ def main(argv: List[str]) -> int:
                 settings = {"ApprovalStorage": conn, "TABLE_PREFIX": f"b{name.replace('-', '')}{n}"}
                 if authn:
                     settings["AUTHN_TRUST_PEM"] = signer.trust_pem
+                else:  # the unauthenticated baseline the authn scenario is compared with: explicit
+                    settings["AUTHN_MODE"] = "off"
                 svc = CentralService.from_settings(settings, count_requests=True)
                 runs[name].append(run(svc, [FakeVm(i) for i in range(args.vms)], args.batches, every, name,
                                       signer if authn else None))

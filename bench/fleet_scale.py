@@ -43,6 +43,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 from bench import Figure, record
 from bench.central_throughput import FakeVm
 from sandbox import processes
+from sandbox.imds.signer import Signer
 from tests.functions.conftest import RunnerFiles, start_runner
 
 HUB = "scheduled-events"
@@ -78,8 +79,18 @@ def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]
     return out
 
 
+SIGNER = Signer(timeless=True)  # central runs in its default AUTHN_MODE=required: forwarders sign
+
+
+def _signed(body: bytes) -> EventData:
+    data = EventData(body)
+    data.properties = dict(SIGNER.as_claimed([body])[0] or {})
+    return data
+
+
 def publish(conn: str, bodies: List[bytes]) -> None:
-    """Many forwarders' sends arriving at the hub: grouped per partition (as the hub stores them)."""
+    """Many forwarders' sends arriving at the hub, each signed by its VM: grouped per partition (as the
+    hub stores them)."""
     per_partition: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
     for body in bodies:
         key = json.loads(body)["partitionkey"]
@@ -90,11 +101,11 @@ def publish(conn: str, bodies: List[bytes]) -> None:
             batch = producer.create_batch(partition_id=str(pid))
             for body in items:
                 try:
-                    batch.add(EventData(body))
+                    batch.add(_signed(body))
                 except ValueError:  # full: send it, start the next
                     producer.send_batch(batch)
                     batch = producer.create_batch(partition_id=str(pid))
-                    batch.add(EventData(body))
+                    batch.add(_signed(body))
             if len(batch):
                 producer.send_batch(batch)
 
@@ -126,6 +137,7 @@ def run_size(
                     "ALERT_WEBHOOK_URL": "",
                     "ALERT_WEBHOOK_FORMAT": "generic",
                     "REEVALUATE_SCHEDULE": "*/30 * * * * *",
+                    "AUTHN_TRUST_PEM": SIGNER.trust_pem,  # the sandbox's test root, nothing else
                 }
             )
             runners.append(start_runner(files, "function_app"))

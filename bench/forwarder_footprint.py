@@ -7,7 +7,8 @@ them), all started together per run and measured over the same window:
 - forwarder, file sink: `--sink file`, no approval queue;
 - forwarder, production: the Event Hubs sink over TLS with managed identity, the approval queue over
   HTTPS with managed identity (tokens from the simulator's IMDS token endpoint), heartbeats every 60 s;
-- forwarder, production + authenticate: the same, envelopes signed (forwarder/attestation.py);
+  Since issue 22 it signs every envelope (authenticate is on by default with that sink);
+- forwarder, production --no-authenticate: the same without signing (forwarder/attestation.py unused);
 - reference poller (requests) and reference poller (http.client): bench/reference_poller.py.
 
 The pinned VM install: every agent runs on `.venv-vm`, a venv made here from
@@ -124,9 +125,10 @@ def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Ag
                   "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
     return [
         forwarder("forwarder, file sink", "vm0", ["--sink", "file", "--sink-file", str(work / "vm0.jsonl")]),
+        # the default since issue 22: the Event Hubs sink signs every envelope (authenticate on)
         forwarder("forwarder, production", "vm1", production,
                   {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm1")}),
-        forwarder("forwarder, production + authenticate", "vm2", [*production, "--authenticate"],
+        forwarder("forwarder, production --no-authenticate", "vm2", [*production, "--no-authenticate"],
                   {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm2")}),
         Agent(REFERENCE, "vm3", [str(python), "-m", "bench.reference_poller", "--url", url("vm3"),
                                  "--state", str(work / "vm3"), "--http", "requests"]),

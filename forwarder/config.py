@@ -135,7 +135,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "(production uses managed identity)", secret=True),
     Setting("client_id", "", "client id of a user-assigned managed identity (empty: system-assigned)"),
     Setting("authenticate", False, "sign each envelope with a key of this boot bound to the VM by IMDS's "
-            "attested document (Event Hubs sink; docs/security.md)", _bool),
+            "attested document (default: on with the Event Hubs sink, which central's default "
+            "AUTHN_MODE=required needs; docs/security.md)", _bool),
     Setting("attestation_attach_every", 0.0, "seconds between events carrying the attested document "
             "besides each send's first (0: every event; more needs central's key store)",
             _non_negative_float),
@@ -259,6 +260,8 @@ def load(flags: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> C
     eventhub_given = values["eventhub_namespace"] or values["eventhub_connection_string"]
     if sources["sink"] == "default" and eventhub_given:
         values["sink"] = "eventhub"  # Event Hubs settings given and no sink chosen: publish there
+    if sources["authenticate"] == "default":
+        values["authenticate"] = values["sink"] == "eventhub"  # secure by default where central listens
     return Config(values, sources)
 
 

@@ -159,11 +159,19 @@ param alertWebhookFormat string = 'generic'
 @description('Prefix of the log store table names.')
 param tablePrefix string = 'scheduledevents'
 
-@description('Sender authentication: PEM bundle of the roots and issuing CAs of the IMDS attested document signer (docs/security.md); empty: not configured.')
+@description('Sender authentication (docs/security.md): required (default: every envelope signed by its VM) | preferred (mid-rollout: unsigned accepted only from VMs never seen signed) | off (not recommended: anyone with the hub send right speaks for any VM).')
+@allowed([
+  'required'
+  'preferred'
+  'off'
+])
+param authnMode string = 'required'
+
+@description('Sender authentication: PEM certificates ADDED to the shipped trust (DigiCert Global Root G2 and Microsoft RSA Root CA 2017 from certifi, Microsoft intermediates, AIA). Empty is right for the public cloud and Azure Government; 21Vianet: DigiCert Global Root CA.')
 param authnTrustPem string = ''
 
-@description('Sender authentication: DNS domains the attested document signer must be under (metadata.azure.com; .us / .cn for sovereign clouds).')
-param authnMetadataDomains string = 'metadata.azure.com'
+@description('Sender authentication: DNS domain(s) the attested document signer must be under; default: the deployment cloud\'s.')
+param authnMetadataDomains string = environment().name == 'AzureUSGovernment' ? 'metadata.azure.us' : (environment().name == 'AzureChinaCloud' ? 'metadata.azure.cn' : 'metadata.azure.com')
 
 @description('NCRONTAB schedule of the timer that re-evaluates held events.')
 param reevaluateSchedule string = '0 */1 * * * *'
@@ -453,6 +461,7 @@ module functionApp 'app/function.bicep' = {
     alertMaxAttempts: alertMaxAttempts
     alertBackoffSeconds: alertBackoffSeconds
     alertTimeoutSeconds: alertTimeoutSeconds
+    authnMode: authnMode
     authnTrustPem: authnTrustPem
     authnMetadataDomains: authnMetadataDomains
     operatorKeySha256: operatorKeySha256

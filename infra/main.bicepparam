@@ -1,7 +1,7 @@
 // Parameters of infra/main.bicep. azd and `az deployment sub create -p` both read this file.
 // Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set SE_ALERT_EMAIL (required:
 // the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL,
-// SE_AUTHN_TRUST_PEM, SE_KEY_VAULT_SUFFIX, SE_POLICY_JSON and SE_POLICY_SHADOW_JSON (a candidate policy
+// SE_AUTHN_MODE, SE_AUTHN_TRUST_PEM, SE_KEY_VAULT_SUFFIX, SE_POLICY_JSON and SE_POLICY_SHADOW_JSON (a candidate policy
 // to rehearse: its verdicts are recorded, never sent).
 // The policy is the file infra/policy.json (checked by `se-policy check` before every provision: azd's
 // preprovision hook, the az steps in docs/deploy.md); SE_POLICY_JSON, when set, replaces it.
@@ -19,6 +19,8 @@ param policyJson = empty(readEnvironmentVariable('SE_POLICY_JSON', '')) ? loadTe
 param policyShadowJson = readEnvironmentVariable('SE_POLICY_SHADOW_JSON', '')
 param keyVaultNameSuffix = readEnvironmentVariable('SE_KEY_VAULT_SUFFIX', '')
 param authnTrustPem = readEnvironmentVariable('SE_AUTHN_TRUST_PEM', '')
+// required unless SE_AUTHN_MODE says otherwise (preferred while a fleet's forwarders are upgraded)
+param authnMode = readEnvironmentVariable('SE_AUTHN_MODE', 'required')
 param eventHubPartitionCount = 4
 param captureEnabled = false
 param eventHubsPublicNetworkAccess = 'Enabled'

@@ -58,6 +58,12 @@ def test_ops_wheel_ships_every_package_its_scripts_need(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     fleet = _run([str(scratch / "bin" / "se-fleet"), "--help"], elsewhere, env)
     assert fleet.returncode == 0 and "status" in fleet.stdout, fleet.stdout + fleet.stderr
+    # se-attest needs the shipped intermediates (package data): a real G2 document verifies offline
+    g2 = REPO.parent / "shared" / "reference" / "attested" / "docs" / "tc-2026-07-28-eastus-g2ocsp02.json"
+    attest = _run([str(scratch / "bin" / "se-attest"), str(g2), "--at", "2026-07-28T13:30:00Z", "--offline"],
+                  elsewhere, env)
+    assert attest.returncode == 0 and "shipped  Microsoft TLS G2 RSA CA OCSP 02" in attest.stdout, \
+        attest.stdout + attest.stderr
     for package in sorted(p.parent.name for p in (REPO / "central").glob("*/__init__.py")):
         probe = _run([str(scratch_python), "-c", f"import central.{package}"], elsewhere, env)
         assert probe.returncode == 0, f"central.{package} is not in the ops wheel: {probe.stderr[-300:]}"

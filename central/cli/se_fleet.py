@@ -82,6 +82,13 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
     lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
     lines.append(f"\n{fleet['knownVms']} VM(s): {fleet['liveVms']} live, {fleet['silentVms']} silent "
                  f"(nothing received for {fleet['livenessSeconds']:g} s) at {fleet['at']}")
+    mode = fleet.get("authnMode", "required")
+    if mode == "off":
+        lines.append("WARNING: sender authentication is OFF (AUTHN_MODE=off): any holder of the hub's send "
+                     "right can speak for any VM (docs/security.md)")
+    elif mode != "required":
+        lines.append(f"sender authentication: {mode} (unsigned envelopes accepted from VMs never seen "
+                     "signed)")
     return "\n".join(lines)
 
 

@@ -3,7 +3,11 @@
 - parse:   JSON + schema -> Envelope, or a BadEnvelope kept whole with its errors
 - bounds:  what one envelope may carry (sizes, counts, storable values)
 - authn:   the pure verifier of a forwarder's signature and its VM's attested document
-- sender:  sender authentication as the ingest gate (trust settings, a content-addressed cache)
+- attested: the attested document's checks and failure classes (malformed, forgery, trust, time)
+- chain:   the signer's certificate chain, walked through AIA as far as it needs
+- trust_store: the default trust (certifi's two roots, the shipped intermediates in trust/, an operator PEM)
+- aia:     the allowlisted AIA fetcher (the one network call of sender authentication)
+- sender:  sender authentication as the ingest gate (AUTHN_MODE, trust settings, a content-addressed cache)
 - authz:   what an authenticated VM may say about which events
 - alerts:  the alerts intake raises (quarantine, refusals, outbox drops, status changes), as values
 - plan:    a segment of envelopes -> changes, log rows, alerts and markers, on copies of cached rows

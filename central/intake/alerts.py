@@ -2,9 +2,10 @@
 outbox drops, and the status alert an event owes. Ingest commits them with the changes that cause them;
 central.runtime.act delivers them (at least once, with a stable idempotency key).
 
-Quarantine and refusal alerts are bounded per source: one per sending VM (or one for every body that
-names no VM) per WINDOW, whatever the volume; every body is still kept in the Quarantine table. So a
-flood from one VM costs one alert per window and can never crowd out another's."""
+Quarantine and refusal alerts are bounded per source: one per sending VM as central verified it (one
+for every body whose sender is not verified, whatever VM it claims; one for bodies that name none)
+per WINDOW, whatever the volume; every body is still kept in the Quarantine table. So a flood from one
+VM costs one alert per window, and an unverified body can never crowd out a verified VM's alerts."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ def window(now: datetime) -> str:
 
 
 def quarantined(bad: BadEnvelope, now: datetime) -> Alert:
+    """Keyed by the VM only when central verified the sender: an unverified body that claims a VM shares
+    the one `unverified` key of its window, so it can never take that VM's own alert's key (issue 22)."""
     first = bad.errors[0] if bad.errors else {"path": "/", "message": "?"}
+    source = bad.vm_id if bad.verified and bad.vm_id else ("unverified" if bad.vm_id else "unattributed")
     return Alert(
-        f"quarantined:{bad.vm_id or 'unattributed'}:{window(now)}",
+        f"quarantined:{source}:{window(now)}",
         "quarantined",
         "warning",
         "Central quarantined an envelope it could not accept",
@@ -37,8 +41,28 @@ def quarantined(bad: BadEnvelope, now: datetime) -> Alert:
         "every one is kept in the Quarantine table)",
         now,
         facts={
-            "vmId": bad.vm_id, "envelopeId": bad.envelope_id, "sha256": bad.sha256, "errors": len(bad.errors)
+            "vmId" if bad.verified else "claimedVmId": bad.vm_id, "envelopeId": bad.envelope_id,
+            "sha256": bad.sha256, "errors": len(bad.errors),
         },
+        next_try=now + ALERT_LEASE,
+    )
+
+
+def trust_failure(bad: BadEnvelope, now: datetime) -> Alert:
+    """Sender authentication could not chain a signer to a trusted root: most likely Azure moved to a CA
+    central neither ships nor could fetch. One critical alert per issuer per day, whatever the volume."""
+    issuer = str(bad.extra.get("trustIssuer") or "an unknown issuer")
+    return Alert(
+        f"authn-trust:{issuer[:120]}:{iso(now)[:10]}",
+        "authn-trust",
+        "critical",
+        f"Sender authentication cannot chain attested documents through {issuer}",
+        f"Envelopes signed under {issuer} are refused as untrusted and kept in the Quarantine table with "
+        "their authentication properties. Diagnose one document from an affected VM with `se-attest "
+        "doc.json`, then add the issuer to AUTHN_TRUST_PEM or allow its AIA host in AUTHN_AIA_HOSTS "
+        "(docs/security.md, 'When Azure changes its CA').",
+        now,
+        facts={"issuer": issuer, "claimedVmId": bad.vm_id, "sha256": bad.sha256},
         next_try=now + ALERT_LEASE,
     )
 

@@ -46,12 +46,15 @@ class Item:
 
 
 def bad_from(
-    body: Union[bytes, str], errors: List[Dict[str, str]], env: Optional[Envelope] = None
+    body: Union[bytes, str], errors: List[Dict[str, str]], env: Optional[Envelope] = None,
+    verified: bool = False,
 ) -> BadEnvelope:
+    """`verified`: the sender check vouched for env's vmId (alerts may then be keyed by it)."""
     text = env_mod._text(body)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return BadEnvelope(
-        text, errors, digest, vm_id=env.vm_id if env else None, envelope_id=env.id if env else None
+        text, errors, digest, vm_id=env.vm_id if env else None, envelope_id=env.id if env else None,
+        verified=verified and env is not None,
     )
 
 
@@ -259,6 +262,8 @@ class Planner:
         plan.metrics.append(lambda: metrics.quarantine("central", bad.vm_id or ""))
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
+        if "trustIssuer" in bad.extra:
+            plan.changes.alerts.append(ingest_alerts.trust_failure(bad, now))  # deduplicated by key below
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")
@@ -271,7 +276,7 @@ class Planner:
         """What this envelope said that its VM may not say: kept whole in Quarantine, alerted, never
         applied (the rest of the envelope was)."""
         problems, plan.refusals = plan.refusals[:20], []
-        bad = bad_from(json.dumps(env.raw), problems, env)
+        bad = bad_from(json.dumps(env.raw), problems, env, verified=True)
         plan.count("refused")
         plan.metrics.append(lambda: metrics.quarantine("central", env.vm_id))
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))

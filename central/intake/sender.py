@@ -1,10 +1,17 @@
 """Which VM sent an envelope: the ingest gate built on central.intake.authn's pure verifier.
 
-With a trust bundle (AUTHN_TRUST_PEM) every envelope must carry the forwarder's signature and the
-VM's attested document in its Event Hubs application properties (schemas/authn.py), naming the
-vmId the envelope claims to be from; anything else is refused (quarantined and alerted by ingest,
-never applied). Without one, authentication is off: every envelope's claims are taken as they
-come, and /api/health says so. docs/security.md ("Sender authentication") says why and how.
+AUTHN_MODE (default `required`):
+- required: every envelope must carry the forwarder's signature and the VM's attested document in its
+  Event Hubs application properties (schemas/authn.py), naming the vmId the envelope claims; anything
+  else is refused (quarantined and alerted by ingest, never applied);
+- preferred (mid-rollout fleets): as required, except that an unsigned envelope is accepted from a VM
+  never seen signed; once a VM has signed, its unsigned envelopes are refused (`downgrade`);
+- off: every envelope's claims are taken as they come. Logged as a warning at start; /api/health and
+  `se-fleet status` show it.
+
+Trust (central.intake.trust_store): certifi's DigiCert Global Root G2 and Microsoft RSA Root CA 2017,
+the shipped Microsoft intermediates, AIA fetches for other issuers (central.intake.aia), plus the
+operator's AUTHN_TRUST_PEM if any. docs/security.md ("Sender authentication") says why and how.
 
 The verifier's cache is per instance and content-addressed (a document's SHA-256 -> what its chain
 and signature checks found), so it can never change an answer: it only saves the PKCS#7 work.
@@ -14,32 +21,62 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Set, Union
 
 log = logging.getLogger("central.sender")  # stable: docs and queries select on it
 
 CACHE_ENTRIES = 10_000
+MODES = ("required", "preferred", "off")
+SIGNED_VMS_LIMIT = 200_000
+
+
+class Refusal(str):
+    """Why the sender check refused (the str ingest records), with its class and, for a trust failure,
+    the issuer that could not be chained (what the critical alert names)."""
+
+    kind: str = "forgery"
+    issuer: str = ""
+
+
+def refusal(text: str, kind: str, issuer: str = "") -> Refusal:
+    out = Refusal(text)
+    out.kind, out.issuer = kind, issuer
+    return out
 
 
 class SenderAuth:
-    """`check(vm_id, body, properties, received)` -> "" (authenticated, or authentication off) or why not."""
+    """`check(vm_id, body, properties, received)` -> "" (authenticated, or accepted by the mode) or why not.
+    After a refusal, `last` holds the authn.Rejected (its kind and issuer)."""
 
-    def __init__(self, trust: Optional[Any] = None) -> None:
+    def __init__(self, trust: Optional[Any] = None, mode: str = "required") -> None:
         self.trust = trust  # central.intake.authn.TrustConfig, or None: off
+        self.mode = mode if trust is not None else "off"
         self._cache: Dict[str, Any] = {}
+        self.signed_vms: Set[str] = set()  # preferred: VMs seen signed on this instance (see docs)
         self.accepted = 0
+        self.accepted_unsigned = 0
         self.refused = 0
+        self.last: Optional[Any] = None
 
     @classmethod
-    def from_settings(cls, trust_pem: str, domains: str) -> SenderAuth:
-        """Raises central.intake.authn.TrustConfigError (a one-line message) when the bundle is unusable."""
-        if not trust_pem.strip():
-            return cls(None)
-        from central.intake import authn  # cryptography + asn1crypto: only when authentication is on
+    def from_settings(cls, trust_pem: str, domains: str, mode: str = "required",
+                      aia_hosts: str = "") -> SenderAuth:
+        """Raises central.intake.authn.TrustConfigError (a one-line message) on an unusable setting."""
+        from central.intake import attested
 
-        names = [d.strip() for d in (domains or "").split(",") if d.strip()]
-        names = names or list(authn.PUBLIC_CLOUD_DOMAINS)
-        return cls(authn.load_trust(trust_pem, names))
+        mode = (mode or "required").strip().lower()
+        if mode not in MODES:
+            raise attested.TrustConfigError(f"AUTHN_MODE must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "off":
+            log.warning("se.authn.off: sender authentication is OFF (AUTHN_MODE=off): any holder of the "
+                        "hub's send right can speak for any VM (docs/security.md)")
+            return cls(None, "off")
+        from central.intake import aia, trust_store  # cryptography + asn1crypto: only when on
+
+        hosts = [h.strip() for h in (aia_hosts or "").split(",") if h.strip()] or list(aia.DEFAULT_HOSTS)
+        names = [d.strip() for d in (domains or "").split(",") if d.strip()] or list(attested.DEFAULT_DOMAINS)
+        trust = trust_store.default_trust(trust_pem, names, fetch=aia.AiaFetcher(hosts))
+        return cls(trust, mode)
 
     @property
     def enabled(self) -> bool:
@@ -55,14 +92,32 @@ class SenderAuth:
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.clear()  # a cache only: the next documents are verified in full again
         result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache)
+        key = str(vm_id).lower()
         if result.ok:
             self.accepted += 1
+            if self.mode == "preferred" and len(self.signed_vms) < SIGNED_VMS_LIMIT:
+                self.signed_vms.add(key)
             return ""
+        if self.mode == "preferred" and result.reason == "missing":  # type: ignore[union-attr]
+            if key not in self.signed_vms:
+                self.accepted_unsigned += 1
+                return ""
+            result = authn.Rejected("downgrade", f"unsigned, but VM {str(vm_id)[:64]} has signed before: "
+                                    "a VM that signed cannot be downgraded")
         self.refused += 1
-        return f"sender not authenticated ({result.reason}): {result.detail}"  # type: ignore[union-attr]
+        self.last = result
+        return refusal(f"sender not authenticated ({result.reason}): {result.detail}",  # type: ignore
+                       result.kind, result.issuer)  # type: ignore[union-attr]
 
     def status(self) -> Dict[str, Any]:
-        return {"enabled": self.enabled, "accepted": self.accepted, "refused": self.refused}
+        out: Dict[str, Any] = {"enabled": self.enabled, "mode": self.mode, "accepted": self.accepted,
+                               "refused": self.refused}
+        if self.mode == "preferred":
+            out["acceptedUnsigned"] = self.accepted_unsigned
+        if self.mode == "off":
+            out["warning"] = ("sender authentication is off: any holder of the hub's send right can speak "
+                              "for any VM")
+        return out
 
 
 def properties_of(metadata: Optional[Mapping[str, Any]], count: int) -> Sequence[Optional[Mapping[str, Any]]]:

@@ -41,3 +41,6 @@ class BadEnvelope:
     vm_id: Optional[str] = None
     envelope_id: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    # vm_id is who sent it as far as central could verify (the sender check passed, or authentication
+    # is off); False: only what the body claims, which must never key anything of that VM's
+    verified: bool = False

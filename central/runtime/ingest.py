@@ -55,12 +55,32 @@ def parse(
         problems += [
             {"path": "/", "message": m} for m in (limits.text_problem(env_mod._text(body), item.raw),) if m
         ]
-        reason = "" if problems else gate(item.vm_id, body, properties, received)
+        # The sender check runs on an over-limit envelope too: whether its vmId is verified decides
+        # what its alert may be keyed by (a forged claim must never key the named VM's alerts).
+        reason = gate(item.vm_id, body, properties, received)
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
         if problems:
-            item = bad_from(body, problems, item)
+            bad = bad_from(body, problems, item, verified=not reason)
+            if getattr(reason, "kind", "") == "trust":
+                # kept with what re-verifying it needs once trust is repaired (docs/security.md runbook)
+                bad.extra.update(trustIssuer=getattr(reason, "issuer", ""), receivedAt=received,
+                                 authProperties=auth_properties(properties))
+            item = bad
     return Item(item, received)
+
+
+def auth_properties(properties: Optional[Mapping[Any, Any]]) -> dict:
+    """The sender-authentication application properties of an event, as text (bounded by the verifier's
+    own limits: a document over 16 KiB was refused as malformed, not as a trust failure)."""
+    from schemas import authn as wire
+
+    out = {}
+    for k, v in (properties or {}).items():
+        key = k.decode("utf-8", "replace") if isinstance(k, (bytes, bytearray)) else str(k)
+        if key in wire.PROPERTIES:
+            out[key] = (v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v))[:20000]
+    return out
 
 
 class Ingest:
@@ -146,6 +166,7 @@ class Ingest:
             text,
             [{"path": "/", "message": f"the log store refused its rows: {why}"[:300]}],
             item.parsed if isinstance(item.parsed, Envelope) else None,
+            verified=True,  # it passed the sender check before the store refused it
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)

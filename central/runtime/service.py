@@ -99,9 +99,10 @@ class CentralService:
         SettingsError (one actionable line) on a setting that cannot work."""
         typed = CentralSettings.from_mapping(settings)
         try:
-            sender_auth = SenderAuth.from_settings(typed.authn_trust_pem, typed.authn_metadata_domains)
+            sender_auth = SenderAuth.from_settings(typed.authn_trust_pem, typed.authn_metadata_domains,
+                                                   typed.authn_mode, typed.authn_aia_hosts)
         except ValueError as exc:  # authn.TrustConfigError
-            raise SettingsError(f"AUTHN_TRUST_PEM: {exc}") from None
+            raise SettingsError(f"sender authentication (AUTHN_*): {exc}") from None
         transport = CountingTransport() if count_requests else None
         tables, queues = storage_clients(settings, transport=transport)
         alerter = WebhookAlerter(

@@ -65,8 +65,10 @@ class CentralSettings:
     alert_attempts: int = 3  # ALERT_MAX_ATTEMPTS
     alert_backoff: float = 0.5  # ALERT_BACKOFF_SECONDS
     alert_timeout: float = 5.0  # ALERT_TIMEOUT_SECONDS
-    authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: empty = sender authentication off
-    authn_metadata_domains: str = "metadata.azure.com"  # AUTHN_METADATA_DOMAINS (comma-separated)
+    authn_mode: str = "required"  # AUTHN_MODE: required | preferred | off
+    authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: roots/intermediates added to the shipped trust
+    authn_metadata_domains: str = ""  # AUTHN_METADATA_DOMAINS (comma-separated); empty: public + US Gov
+    authn_aia_hosts: str = ""  # AUTHN_AIA_HOSTS (comma-separated); empty: Microsoft's and DigiCert's
     report_grace: float = 120.0  # REPORT_GRACE_SECONDS (central.policy.witness)
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
@@ -93,7 +95,9 @@ class CentralSettings:
             alert_backoff=_number(s, "ALERT_BACKOFF_SECONDS", 0.5),
             alert_timeout=_number(s, "ALERT_TIMEOUT_SECONDS", 5.0),
             authn_trust_pem=s.get("AUTHN_TRUST_PEM") or "",
-            authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "metadata.azure.com").strip(),
+            authn_mode=(s.get("AUTHN_MODE") or "required").strip().lower(),
+            authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "").strip(),
+            authn_aia_hosts=(s.get("AUTHN_AIA_HOSTS") or "").strip(),
             report_grace=_number(s, "REPORT_GRACE_SECONDS", 120.0),
             claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
             confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),

@@ -151,4 +151,4 @@ def fleet(state: FleetState, policy: Policy, settings: CentralSettings, now: dat
     vms.sort(key=lambda v: (not v["silent"], v["name"], v["vmId"]))
     silent = sum(1 for v in vms if v["silent"])
     return {"at": iso(now), "livenessSeconds": settings.liveness, "knownVms": len(vms),
-            "liveVms": len(vms) - silent, "silentVms": silent, "vms": vms}
+            "liveVms": len(vms) - silent, "silentVms": silent, "authnMode": settings.authn_mode, "vms": vms}

@@ -74,6 +74,12 @@ def quarantine_central(bad: BadEnvelope, now: datetime) -> Dict[str, Any]:
     }
     put_json(entity, "Errors", bad.errors)
     put_json(entity, "Body", bad.text)
+    if bad.extra.get("trustIssuer") is not None and "authProperties" in bad.extra:
+        # a trust refusal: what re-verification needs once the operator repairs trust
+        entity["FailureClass"] = "trust"
+        entity["TrustIssuer"] = str(bad.extra["trustIssuer"])[:512]
+        entity["EnqueuedAt"] = bad.extra.get("receivedAt") or now
+        put_json(entity, "AuthProperties", bad.extra["authProperties"])
     return entity
 
 

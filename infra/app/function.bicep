@@ -91,7 +91,10 @@ param alertBackoffSeconds string
 @maxValue(60)
 param alertTimeoutSeconds int
 
-@description('Sender authentication: PEM bundle of the roots and issuing CAs of the IMDS attested document signer (docs/security.md); empty: not configured.')
+@description('Sender authentication mode: required | preferred | off (docs/security.md).')
+param authnMode string
+
+@description('Sender authentication: PEM certificates added to the shipped trust (docs/security.md); empty: none.')
 param authnTrustPem string
 
 @description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
@@ -148,12 +151,14 @@ var appSettingValues = {
   ALERT_MAX_ATTEMPTS: string(alertMaxAttempts)
   ALERT_BACKOFF_SECONDS: alertBackoffSeconds
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
+  AUTHN_MODE: authnMode
   AUTHN_TRUST_PEM: authnTrustPem
   AUTHN_METADATA_DOMAINS: authnMetadataDomains
   OPERATOR_API_AUDIENCE: 'api://${operatorApiClientId}'
   OPERATOR_API_ISSUERS: 'https://sts.windows.net/${tenant().tenantId}/,${loginEndpoint}${tenant().tenantId}/v2.0'
   OPERATOR_API_JWKS_URL: '${loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
   OPERATOR_KEY_SHA256: operatorKeySha256
+  AUTHN_AIA_HOSTS: ''
 }
 
 // The Entra ID authority of this cloud (login.microsoftonline.com in Azure public).

@@ -39,6 +39,9 @@ var baseSettings = {
   queue_client_id: ''
   state_dir: stateDir
   hook_dir: hookDir
+  // Sign every envelope (central's default AUTHN_MODE=required refuses unsigned ones). Explicit here,
+  // though the forwarder defaults to it on the Event Hubs sink, so the installed config says so.
+  authenticate: true
 }
 
 var settings = union(baseSettings, extraSettings)

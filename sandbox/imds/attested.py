@@ -33,7 +33,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import pkcs7
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, NameOID
 
 from .identity import Identity
 
@@ -59,8 +59,9 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _issue(subject: str, issuer: Optional[_Issued], ca: bool, now: dt.datetime, days: int,
-           san: Tuple[str, ...] = ()) -> _Issued:
-    """One certificate of the chain, following the Web PKI profile a real TLS chain has."""
+           san: Tuple[str, ...] = (), aia: str = "") -> _Issued:
+    """One certificate of the chain, following the Web PKI profile a real TLS chain has. `aia`: the
+    "CA Issuers" URL where its issuer's certificate can be fetched (as Microsoft's carry)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     signer_key = issuer.key if issuer else key
     builder = (x509.CertificateBuilder()
@@ -75,6 +76,9 @@ def _issue(subject: str, issuer: Optional[_Issued], ca: bool, now: dt.datetime, 
     if issuer is not None:
         builder = builder.add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.key.public_key()), critical=False)
+    if aia:
+        builder = builder.add_extension(x509.AuthorityInformationAccess([x509.AccessDescription(
+            AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(aia))]), critical=False)
     if ca:
         builder = builder.add_extension(x509.KeyUsage(
             digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
@@ -102,11 +106,13 @@ class SandboxPki:
     leaf: _Issued
 
     @classmethod
-    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN) -> SandboxPki:
-        now = dt.datetime.now(dt.timezone.utc)
-        root = _issue("se-sandbox Test Root", None, True, now, days=30)
-        intermediate = _issue("se-sandbox Test TLS Issuing CA 01", root, True, now, days=30)
-        leaf = _issue(domain, intermediate, False, now, days=7, san=(f"{region}.{domain}", domain))
+    def generate(cls, region: str = "westeurope", domain: str = SIGNER_DOMAIN,
+                 start: Optional[dt.datetime] = None, days: int = 7) -> SandboxPki:
+        """`start`/`days`: the leaf's validity (from an hour before `start`, default now); CAs outlive it."""
+        now = start or dt.datetime.now(dt.timezone.utc)
+        root = _issue("se-sandbox Test Root", None, True, now, days=days + 23)
+        intermediate = _issue("se-sandbox Test TLS Issuing CA 01", root, True, now, days=days + 23)
+        leaf = _issue(domain, intermediate, False, now, days=days, san=(f"{region}.{domain}", domain))
         return cls(root, intermediate, leaf)
 
     def trust_pem(self) -> str:

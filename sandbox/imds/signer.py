@@ -4,7 +4,9 @@ Ed25519 key per VM, bound by an attested document the IMDS simulator's code sign
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+import datetime as dt
+import json
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -17,9 +19,14 @@ from schemas import authn as wire
 class Signer:
     """Signs bodies as the VM whose key it holds; `trust_pem` is what central is configured with."""
 
-    def __init__(self) -> None:
-        self.pki = SandboxPki.generate()
-        self.documents = AttestedDocuments(self.pki)
+    def __init__(self, timeless: bool = False) -> None:
+        """`timeless`: certificates and documents valid 2001-2060, for tests that run central at fixed
+        times (a real document lives 6 hours; the checks are the same)."""
+        start = dt.datetime(2001, 1, 1, tzinfo=dt.timezone.utc) if timeless else None
+        self.pki = SandboxPki.generate(start=start, days=60 * 366 if timeless else 7)
+        self.documents = AttestedDocuments(self.pki, lifetime=59 * 365 * 86400.0) if timeless \
+            else AttestedDocuments(self.pki)
+        self._created = start.timestamp() if start else None
         self._keys: Dict[str, Tuple[ed25519.Ed25519PrivateKey, bytes, str]] = {}
 
     @property
@@ -30,7 +37,8 @@ class Signer:
         if vm_id not in self._keys:
             key = ed25519.Ed25519PrivateKey.generate()
             pub = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            doc = self.documents.document(name, Identity(name, vmId=vm_id), wire.nonce_for(pub))
+            doc = self.documents.document(name, Identity(name, vmId=vm_id), wire.nonce_for(pub),
+                                          now=self._created)
             self._keys[vm_id] = (key, pub, doc["signature"])
         return self._keys[vm_id]
 
@@ -44,3 +52,31 @@ class Signer:
             wire.PROP_PUBLIC_KEY: wire.b64url(pub),
             wire.PROP_ATTESTATION: attestation,
         }
+
+    def as_claimed(self, bodies: Sequence[Union[bytes, str]]) -> List[Optional[Dict[str, str]]]:
+        """Each body signed by the forwarder of the VM it names (data.vm), as that VM's forwarder would
+        sign it; a body that names no VM gets no properties (central refuses or quarantines it)."""
+        out: List[Optional[Dict[str, str]]] = []
+        for body in bodies:
+            raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+            try:
+                vm = json.loads(raw)["data"]["vm"]
+                out.append(self.properties(str(vm["name"]), str(vm["vmId"]), raw))
+            except (ValueError, KeyError, TypeError):
+                out.append(None)
+        return out
+
+
+def forwarders_sign(service: Any, signer: Signer) -> Any:
+    """Make `service.handle_batch` receive what real forwarders send: each body with its VM's signature
+    (when the caller gives no properties). Central checks them exactly as in Azure."""
+    real: Callable[..., Any] = service.handle_batch
+
+    def handle_batch(bodies: Sequence[Union[bytes, str]], now: Any = None, enqueued_times: Any = None,
+                     properties: Any = None) -> Any:
+        if properties is None:
+            properties = signer.as_claimed(bodies)
+        return real(bodies, now=now, enqueued_times=enqueued_times, properties=properties)
+
+    service.handle_batch = handle_batch
+    return service

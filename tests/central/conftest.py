@@ -19,6 +19,7 @@ from central.runtime.service import CentralService
 from central.store.state_rows import read_table
 from central.telemetry import metrics
 from sandbox import processes
+from tests import signing
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +84,9 @@ class Env:
         return base
 
     def service(self, **extra: str) -> CentralService:
-        return CentralService.from_settings(self.settings(**extra))
+        """Central in its default configuration (AUTHN_MODE=required); the only trust added is the
+        sandbox's test root, and the envelopes come signed as each VM's forwarder signs them."""
+        return signing.central(self.settings(**extra))
 
     def rows(self, table: str) -> List[Dict[str, Any]]:
         """A log table's rows; "Events" and "Vms": those kinds of rows of the State table."""

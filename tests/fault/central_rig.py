@@ -13,12 +13,13 @@ from typing import Any, Dict, List, Optional
 import requests
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableServiceClient
-from azure.eventhub import EventData, EventHubProducerClient
+from azure.eventhub import EventHubProducerClient
 from azure.storage.queue import QueueServiceClient
 
 from central.runtime.approval_queue import queue_name
 from central.store.state_rows import read_table
 from sandbox import processes
+from tests import signing
 from tests.central.factory import Vm, event
 from tests.forwarder.helpers import wait_until
 from tests.functions.conftest import RunnerFiles, start_runner
@@ -66,13 +67,13 @@ def publish(connection_string: str, envelopes: List[Dict[str, Any]]) -> None:
         for key, items in by_vm.items():
             batch = producer.create_batch(partition_key=key)
             for env in items:
-                batch.add(EventData(json.dumps(env)))
+                batch.add(signing.event_data(json.dumps(env).encode()))
             producer.send_batch(batch)
 
 
 def runner_settings(files: RunnerFiles, storage: str, eventhubs_port: int, group: str,
                     webhook: str, extra: Optional[Dict[str, str]] = None) -> None:
-    files.write({
+    files.write(signing.with_trust({
         "AzureWebJobsStorage": storage,
         "ApprovalStorage": storage,
         **processes.central_hub_settings(eventhubs_port, HUB),
@@ -86,7 +87,7 @@ def runner_settings(files: RunnerFiles, storage: str, eventhubs_port: int, group
         "APPROVAL_RESULT_TIMEOUT_SECONDS": "3600",
         "ALERT_BACKOFF_SECONDS": "0.1",
         **(extra or {}),
-    }, keys={"host": {"default": "fault-key"}})
+    }), keys={"host": {"default": "fault-key"}})
 
 
 def start_central(files: RunnerFiles) -> processes.Server:

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from central.runtime.service import CLAIM_SEND_GRACE, CentralService
+from central.runtime.service import CLAIM_SEND_GRACE
 from sandbox import processes
+from tests import signing
 from tests.central.factory import Vm, body, event
 
 from .central_rig import now
@@ -18,7 +19,7 @@ def test_an_event_that_starts_while_its_approval_is_outstanding_does_not_break_t
         azurite: processes.Server) -> None:
     # Found by test_central_restarts: `rec.outstanding` is a property that turns None once its result is
     # set, so the second `rec.outstanding.result_at` raised AttributeError and the batch was retried forever.
-    svc = CentralService.from_settings({"ApprovalStorage": azurite.extra["connection_string"],
+    svc = signing.central({"ApprovalStorage": azurite.extra["connection_string"],
                                         "TABLE_PREFIX": "reg" + uuid.uuid4().hex[:8],
                                         "ALERT_WEBHOOK_URL": ""})
     vm = Vm(name="regvm0")
@@ -55,7 +56,7 @@ def test_a_crash_between_the_approval_claim_and_the_send_still_delivers_the_appr
     settings = {"ApprovalStorage": azurite.extra["connection_string"],
                 "TABLE_PREFIX": "gap" + uuid.uuid4().hex[:8], "ALERT_WEBHOOK_URL": "",
                 "APPROVAL_RESULT_TIMEOUT_SECONDS": "3600"}
-    first = CentralService.from_settings(settings)
+    first = signing.central(settings)
     vm = Vm(name="gapvm0")
     eid = str(uuid.uuid4()).upper()
     envelope = body(vm.incarnation_env([event(eid, [vm.name], "Reboot", "Scheduled",
@@ -68,7 +69,7 @@ def test_a_crash_between_the_approval_claim_and_the_send_still_delivers_the_appr
     first.sender = CrashingSender()
     with pytest.raises(_Crash):
         first.handle_batch([envelope])
-    restarted = CentralService.from_settings(settings)  # the replacement instance, same storage
+    restarted = signing.central(settings)  # the replacement instance, same storage
     restarted.handle_batch([envelope])  # the batch is redelivered
     restarted.reevaluate()  # at once: the claim may still be in flight elsewhere, so nothing is sent yet
     assert approval_messages_for(azurite.extra["connection_string"], vm.vm_id, eid) == 0
@@ -97,7 +98,7 @@ def test_an_alert_delivered_just_before_a_crash_still_gets_its_row(azurite: proc
     eid = str(uuid.uuid4()).upper()
     envelope = body(vm.incarnation_env([event(eid, [vm.name], "Reboot", "Scheduled",
                                               not_before=now() + timedelta(hours=1))], at=now()))
-    first = CentralService.from_settings(settings)
+    first = signing.central(settings)
 
     def crash() -> int:
         raise _Crash
@@ -105,7 +106,7 @@ def test_an_alert_delivered_just_before_a_crash_still_gets_its_row(azurite: proc
     first.store.flush = crash  # the process dies after the alert went out, before the rows are written
     with pytest.raises(_Crash):
         first.handle_batch([envelope])
-    restarted = CentralService.from_settings(settings)
+    restarted = signing.central(settings)
     restarted.handle_batch([envelope])  # the batch is redelivered: the incarnation is already applied
     # the alert is still owed (its row in the State table): any instance's timer, once the first
     # instance's lease is over, delivers it again (same key) and writes its row

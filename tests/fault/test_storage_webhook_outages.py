@@ -25,6 +25,7 @@ from azure.data.tables import TableServiceClient
 
 from central.runtime.service import CentralService
 from sandbox import processes
+from tests import signing
 from tests.forwarder.helpers import Forwarder, admin, imds_url, read_published, wait_until
 
 ROUNDS = {"short": 1, "full": 4}  # outages, one event each
@@ -77,7 +78,7 @@ def test_queue_and_webhook_outages_retry_and_lose_nothing(form: str, tmp_path: P
     table_port = azurite.ports["table"]
     storage = processes.azurite_connection_string(azurite.ports["blob"], queues.ports["queue"], table_port)
     prefix = "out" + uuid.uuid4().hex[:8]
-    svc = CentralService.from_settings({
+    svc = signing.central({
         "ApprovalStorage": storage, "TABLE_PREFIX": prefix,
         "ALERT_WEBHOOK_URL": f"http://127.0.0.1:{webhook.port}/hook", "ALERT_WEBHOOK_FORMAT": "generic",
         "ALERT_MAX_ATTEMPTS": "2", "ALERT_BACKOFF_SECONDS": "0.05", "ALERT_TIMEOUT_SECONDS": "2"})

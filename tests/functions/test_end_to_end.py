@@ -15,6 +15,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 
 from sandbox import processes
 from sandbox.functions.issuer import LocalIssuer
+from tests import signing
 
 from .conftest import RunnerFiles, start_runner, wait_until
 
@@ -32,7 +33,7 @@ def central_runner(
     storage = azurite.extra["connection_string"]
     files = RunnerFiles(tmp_path / "central")
     files.write(
-        {
+        signing.with_trust({
             "AzureWebJobsStorage": storage,
             "ApprovalStorage": storage,
             **processes.central_hub_settings(eventhubs_server.port, HUB),
@@ -42,7 +43,7 @@ def central_runner(
             "ALERT_WEBHOOK_URL": "",
             "ALERT_WEBHOOK_FORMAT": "generic",
             "REEVALUATE_SCHEDULE": "*/2 * * * * *",
-        },
+        }),
         keys={"host": {"default": KEY}},
         auth=LocalIssuer(tmp_path / "central" / "issuer").init().auth_section(),
     )
@@ -94,7 +95,7 @@ def test_an_envelope_published_to_event_hubs_reaches_the_central_log_store(
     )
     with producer:
         batch = producer.create_batch(partition_key=ENVELOPE["partitionkey"])
-        batch.add(EventData(json.dumps(ENVELOPE)))
+        batch.add(signing.event_data(json.dumps(ENVELOPE).encode()))
         batch.add(EventData(b"{not an envelope"))
         producer.send_batch(batch)
 

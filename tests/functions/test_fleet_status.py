@@ -12,9 +12,9 @@ from typing import Dict, Iterator, List
 import pytest
 
 from central.cli import se_fleet as fleet_cli
-from central.runtime.service import CentralService
 from sandbox import processes
 from sandbox.functions.issuer import LocalIssuer
+from tests import signing
 from tests.central.factory import Vm, body, event
 
 from .conftest import RunnerFiles, start_runner
@@ -38,7 +38,7 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
                                    "rules": [{"name": "manual", "action": "hold"}]}),
         "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
     }
-    svc = CentralService.from_settings(values)
+    svc = signing.central(values)
     # now, not at import: under xdist a loaded worker may reach this file minutes after collecting it,
     # and the live VM must still be inside the liveness window when the tests read the fleet
     now = datetime.now(timezone.utc)

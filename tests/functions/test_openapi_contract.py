@@ -20,6 +20,7 @@ from central.runtime.service import CentralService
 from sandbox import processes
 from sandbox.functions.issuer import LocalIssuer
 from sandbox.functions.loader import load_functions
+from tests import signing
 from tests.central.factory import Vm, body, event
 
 from .conftest import RunnerFiles, start_runner
@@ -52,7 +53,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "ALERT_WEBHOOK_FORMAT": "generic",
         "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
     }
-    seed(CentralService.from_settings(values))
+    seed(signing.central(values))
     files = RunnerFiles(work / "central")
     issuer = LocalIssuer(work / "issuer").init()
     files.write(values, keys={"host": {"default": KEY}}, auth=issuer.auth_section())

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import schemas
 from central.runtime.service import CentralService
 from sandbox import processes
+from tests import signing
 from tests.central.factory import T0, Vm, body, event
 
 from . import strategies as S
@@ -84,7 +85,7 @@ WORLD = World()
 
 def service(azurite: processes.Server) -> CentralService:
     if not hasattr(WORLD, "svc"):
-        WORLD.svc = CentralService.from_settings(
+        WORLD.svc = signing.central(
             {
                 "ApprovalStorage": azurite.extra["connection_string"],
                 "TABLE_PREFIX": "fz" + uuid.uuid4().hex[:10],

@@ -68,7 +68,9 @@ def rig(env: Env, signer: Signer) -> Rig:
 
 @pytest.fixture
 def plain(env: Env) -> Rig:
-    """Authentication off: for attacks a VM makes as itself over hours (documents live ~6 h)."""
+    """Central in its default configuration (AUTHN_MODE=required) for attacks a VM makes as itself over
+    hours: every envelope is signed by the VM it names with tests.signing's long-lived test documents
+    (real ones live ~6 h). Nothing here turns authentication off (issue 22, point 8)."""
     return Rig(env, None)
 
 

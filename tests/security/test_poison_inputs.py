@@ -15,6 +15,7 @@ import pytest
 import schemas
 from central.intake.bounds import MAX_EVENTS_PER_DOCUMENT
 from central.runtime.service import CentralService
+from tests import signing
 from tests.central.conftest import Env, Hook, env, hook, webhook  # noqa: F401 - fixtures reused
 from tests.central.factory import T0, Vm, body, event
 
@@ -130,7 +131,7 @@ def test_never_ending_made_up_events_keep_the_idle_timer_constant_in_round_trips
     settings = env.settings(
         POLICY_JSON=json.dumps({"version": 1, "rules": [{"name": "h", "action": "hold"}]})
     )
-    svc = CentralService.from_settings(settings, count_requests=True)
+    svc = signing.central(settings, count_requests=True)
     vms = [Vm(f"vm-open-{i:02d}") for i in range(40)]
     for vm in vms:
         events = [event(f"E-open-{vm.name}-{j:02d}", [vm.name]) for j in range(MAX_EVENTS_PER_DOCUMENT)]
@@ -145,7 +146,7 @@ def test_never_ending_made_up_events_keep_the_idle_timer_constant_in_round_trips
     # the head row, the VMs' rows (14 per query: liveness as any instance saw it), the alerts due:
     # by the VMs involved, never per event
     assert idle <= 1 + 3 + 1, idle
-    other = CentralService.from_settings(settings, count_requests=True)
+    other = signing.central(settings, count_requests=True)
     assert other.transport is not None
     other.reevaluate(now=T0 + timedelta(seconds=3))
     # tables (5 creates), head, active events (2 pages), VMs (3), alerts due

@@ -1,0 +1,52 @@
+"""AUTHN_MODE: required (default) refuses unsigned; preferred accepts unsigned only from a VM never seen
+signed, and never downgrades one that signed; off warns at start and shows in /api/health and the fleet
+view (se-fleet status). A bad mode is one actionable line at start."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from central.cli.se_fleet import render
+from central.runtime.service import CentralService
+from central.runtime.settings import SettingsError
+from tests.central.conftest import Env
+from tests.central.factory import T0, Vm, body
+from tests.signing import SIGNER
+
+
+def test_required_is_the_default_and_refuses_unsigned(env: Env) -> None:
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem))
+    assert svc.health()["senderAuthentication"]["mode"] == "required"
+    assert svc.handle_batch([body(Vm("a").heartbeat(at=T0))], now=T0, properties=[{}]).quarantined == 1
+
+
+def test_preferred_accepts_unsigned_only_from_vms_never_seen_signed(env: Env) -> None:
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem, AUTHN_MODE="preferred"))
+    old, new = Vm("old-forwarder"), Vm("new-forwarder")
+    assert svc.handle_batch([body(old.heartbeat(at=T0))], now=T0, properties=[{}]).quarantined == 0
+    signed = body(new.heartbeat(at=T0))
+    assert svc.handle_batch([signed], now=T0, properties=SIGNER.as_claimed([signed])).quarantined == 0
+    downgrade = svc.handle_batch([body(new.heartbeat(at=T0))], now=T0, properties=[{}])
+    assert downgrade.quarantined == 1
+    rows = env.rows("Quarantine")
+    assert any("(downgrade)" in r["Errors"] for r in rows)
+    status = svc.health()["senderAuthentication"]
+    assert status["mode"] == "preferred" and status["acceptedUnsigned"] == 1
+
+
+def test_off_warns_at_start_and_shows_in_health_and_fleet(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="central.sender"):
+        svc = CentralService.from_settings(env.settings(AUTHN_MODE="off"))
+    assert any("se.authn.off" in r.getMessage() for r in caplog.records)
+    status = svc.health()["senderAuthentication"]
+    assert status["mode"] == "off" and status["enabled"] is False and "warning" in status
+    fleet = svc.fleet(T0)
+    assert fleet["authnMode"] == "off"
+    assert "WARNING: sender authentication is OFF" in render(fleet)
+
+
+def test_a_bad_mode_is_one_line_at_start(env: Env) -> None:
+    with pytest.raises(SettingsError, match="AUTHN_MODE must be one of required, preferred, off"):
+        CentralService.from_settings(env.settings(AUTHN_MODE="maybe"))
