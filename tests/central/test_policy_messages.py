@@ -187,7 +187,7 @@ def test_se_fleet_into_a_closed_pipe_is_no_traceback() -> None:
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        _quiet(_into_closed_pipe("se-fleet", ["status", "--url", url, "--key", "k", "--json"],
+        _quiet(_into_closed_pipe("se-fleet", ["status", "--url", url, "--token", "t", "--json"],
                                  {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}))
     finally:
         server.shutdown()
