@@ -19,12 +19,14 @@ from tests.central.factory import Vm, body, event
 from .conftest import RunnerFiles, start_runner
 
 KEY = "fleet-function-key"
-NOW = datetime.now(timezone.utc)
 
 
 @pytest.fixture(scope="module")
 def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     work = tmp_path_factory.mktemp("fleet")
+    # taken here, not at import: on a loaded machine a file can run minutes after its collection, and
+    # the live VM must still be within LEADER_LIVENESS_SECONDS (300 s) when the tests ask
+    now = datetime.now(timezone.utc)
     azurite = processes.start_azurite(log_dir=work)
     hub = processes.start_eventhubs(("scheduled-events=2",), log_dir=work)
     storage = azurite.extra["connection_string"]
@@ -39,11 +41,11 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     }
     svc = CentralService.from_settings(values)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
-    an_hour_ago = NOW - timedelta(hours=1)
+    an_hour_ago = now - timedelta(hours=1)
     svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)
-    svc.handle_batch([body(live.heartbeat(at=NOW)), body(live.incarnation_env(
-        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=NOW + timedelta(hours=1))],
-        at=NOW))], now=NOW)
+    svc.handle_batch([body(live.heartbeat(at=now)), body(live.incarnation_env(
+        [event("3F2A9C4E-0000-4000-8000-000000000001", ["web_0"], not_before=now + timedelta(hours=1))],
+        at=now))], now=now)
     servers = []
     for n in range(2):
         files = RunnerFiles(work / f"central-{n}")
