@@ -11,6 +11,9 @@ endpoints) per 1,000 envelopes, against one instance's (goal: within 20 %), and 
 NOT one process per VM: synthetic envelopes at the rates that many forwarders produce. Per fleet size N:
 - offered rate: N heartbeats per heartbeat interval (60 s default) plus incarnations at the stated
   maintenance rate (`--events-per-vm-month`, 3 incarnations per event: Scheduled, Started, gone);
+- warmed first, the same for every instance count: `--balance-seconds` for the partitions to spread,
+  then heartbeats from one VM outside the fleet per partition until every instance has ingested a
+  batch (its service, tables and cache ready), then `--idle-seconds` of idle background sampled;
 - played: `--minutes` of fleet heartbeats plus a maintenance wave (`--wave` of the VMs get a new
   Scheduled event at once: decisions, approvals to the VMs' queues, alerts), published as fast as the
   SDK goes while central consumes; measured: sustained envelopes/s (first publish -> last envelope
@@ -86,6 +89,36 @@ def _signed(body: bytes) -> EventData:
     data = EventData(body)
     data.properties = dict(SIGNER.as_claimed([body])[0] or {})
     return data
+def partition_of(body: bytes) -> int:
+    """The partition `publish` sends an envelope to (its VM's, as the forwarder's partition key does)."""
+    return zlib.crc32(json.loads(body)["partitionkey"].encode()) % PARTITIONS
+
+
+def warmup_vms() -> List[FakeVm]:
+    """One VM outside the fleet per partition: their heartbeats reach every partition's owner."""
+    by_partition: Dict[int, FakeVm] = {}
+    index = 10**6
+    while len(by_partition) < PARTITIONS:
+        vm = FakeVm(index)
+        by_partition.setdefault(partition_of(vm.heartbeat(datetime.now(timezone.utc))), vm)
+        index += 1
+    return list(by_partition.values())
+
+
+def warm_up(conn: str, logs: List[Path], timeout: float) -> int:
+    """Heartbeats of the warm-up VMs until every instance has ingested a batch (its service built, the
+    tables and the head row there, its cache read) or `timeout`; returns how many instances did. The
+    timer no longer does this: it runs on one instance only (the host's singleton lock)."""
+    vms = warmup_vms()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        publish(conn, [vm.heartbeat(datetime.now(timezone.utc)) for vm in vms])
+        round_end = min(deadline, time.monotonic() + 5.0)
+        while time.monotonic() < round_end:
+            if all(ingested(log) for log in logs):
+                return len(logs)
+            time.sleep(0.2)
+    return sum(1 for log in logs if ingested(log))
 
 
 def publish(conn: str, bodies: List[bytes]) -> None:
@@ -93,8 +126,7 @@ def publish(conn: str, bodies: List[bytes]) -> None:
     hub stores them)."""
     per_partition: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
     for body in bodies:
-        key = json.loads(body)["partitionkey"]
-        per_partition[zlib.crc32(key.encode()) % PARTITIONS].append(body)
+        per_partition[partition_of(body)].append(body)
     producer = EventHubProducerClient.from_connection_string(conn)
     with producer:
         for pid, items in per_partition.items():
@@ -143,10 +175,13 @@ def run_size(
             runners.append(start_runner(files, "function_app"))
             logs.append(files.directory / "functions.log")
         procs = [psutil.Process(r.pid) for r in runners]
-        # idle after start-up, the same for every instance count: the load balancing spreads the
-        # partitions and every runner's timer runs once (its service built, the tables and the head row
-        # there), so no instance's start-up falls in the measured window
+        conn = processes.eventhubs_connection_string(hub.port, HUB)
+        # the same for every instance count: the load balancing spreads the partitions, then every
+        # instance ingests a warm-up batch, so no instance's start-up falls in the measured window
         time.sleep(args.balance_seconds)
+        warmed = warm_up(conn, logs, args.warmup_timeout)
+        base = [ingested(log) for log in logs]
+        time.sleep(2.0)  # the warm-up's decisions and commits settle before the idle sample
         # the runners' own background CPU while idle (Event Hubs receive loops, load balancing, the timer)
         idle0 = sum(sum(p.cpu_times()[:2]) for p in procs)
         time.sleep(args.idle_seconds)
@@ -157,17 +192,21 @@ def run_size(
         races0 = sum(lost_races(log) for log in logs)
         trips0 = sum(tables.counts.values()) + sum(queues.counts.values())
         t0 = time.monotonic()
-        publish(processes.eventhubs_connection_string(hub.port, HUB), bodies)
+        publish(conn, bodies)
         published_s = time.monotonic() - t0
         deadline = t0 + args.timeout
-        while sum(ingested(log) for log in logs) < len(bodies) and time.monotonic() < deadline:
+
+        def played() -> List[int]:
+            return [ingested(log) - b for log, b in zip(logs, base)]
+
+        while sum(played()) < len(bodies) and time.monotonic() < deadline:
             time.sleep(0.2)
         elapsed = time.monotonic() - t0
         cpu = sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0
         trips = sum(tables.counts.values()) + sum(queues.counts.values()) - trips0
-        done = sum(ingested(log) for log in logs)
+        done = sum(played())
         races = sum(lost_races(log) for log in logs) - races0
-        busy = sum(1 for log in logs if ingested(log))
+        busy = sum(1 for n in played() if n)
     finally:
         for r in runners:
             r.stop()
@@ -184,6 +223,7 @@ def run_size(
     return {
         "vms": n,
         "instances": instances,
+        "warmed_instances": warmed,
         "busy_instances": busy,
         "envelopes": len(bodies),
         "publish_s": published_s,
@@ -242,9 +282,15 @@ def main(argv: List[str]) -> int:
     parser.add_argument(
         "--balance-seconds",
         type=float,
-        default=35.0,
-        help="wait after starting the instances (longer than the 30 s timer period): partitions "
-             "spread, every runner warmed by its timer",
+        default=30.0,
+        help="wait after starting the instances: the load balancing spreads the partitions",
+    )
+    parser.add_argument(
+        "--warmup-timeout",
+        type=float,
+        default=60.0,
+        help="at most this long, warm-up heartbeats (one VM per partition, outside the fleet) until "
+             "every instance has ingested a batch; then the idle sample and the measured play",
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -323,7 +369,8 @@ def main(argv: List[str]) -> int:
         net_x = r["net_cpu_s_per_1000"] / (one["net_cpu_s_per_1000"] or 1.0)
         trips_x = r["trips_per_1000"] / (one["trips_per_1000"] or 1.0)
         print(
-            f"scale-out {int(r['vms'])} VMs on {k} instance(s) ({int(r['busy_instances'])} busy): "
+            f"scale-out {int(r['vms'])} VMs on {k} instance(s) ({int(r['warmed_instances'])} warmed, "
+            f"{int(r['busy_instances'])} busy): "
             f"aggregate {r['sustained']:.0f} envelopes/s; CPU of all central processes "
             f"{r['cpu_s_per_1000']:.2f} s per 1,000 envelopes (x{cpu_x:.2f}; their idle background "
             f"{r['idle_cpu_per_s']:.3f} CPU s/s, net of it {r['net_cpu_s_per_1000']:.2f} s, x{net_x:.2f}); "

@@ -2,20 +2,18 @@
 
 What Azure documents (https://learn.microsoft.com/azure/event-hubs/event-hubs-capture-overview and
 https://learn.microsoft.com/azure/event-hubs/explore-captured-avro-files) and this module keeps:
-- one Avro object container file per partition per capture window, with the schema in CAPTURE_SCHEMA
-  (record `Microsoft.ServiceBus.Messaging.EventData`: SequenceNumber, Offset, EnqueuedTimeUtc,
-  SystemProperties, Properties, Body);
+- one Avro object container file per partition per capture window, written as Azure writes it
+  (capture_file.py: the header's schema text, the records, the property types);
 - the blob name `{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}`
   (zero-padded, UTC, the window's start) plus `.avro`;
 - a window that closes on time or size, whichever comes first, each partition on its own;
 - an empty file (header only) for a window without events, unless skip-empty is set.
-The Avro encoding is fastavro's; the upload is the azure-storage-blob SDK's (Azurite locally).
+The upload is the azure-storage-blob SDK's (Azurite locally).
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import os
@@ -23,34 +21,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-import fastavro
-
-from .codec import SEC_DATA, SEC_MESSAGE_ANNOTATIONS, section_value, split_sections
+from .capture_file import CAPTURE_SCHEMA, CAPTURE_SCHEMA_TEXT, avro_file, capture_record, enqueued_time_text
 from .store import Broker, Event, Partition
 
+__all__ = ["CAPTURE_SCHEMA", "CAPTURE_SCHEMA_TEXT", "Capture", "CaptureSettings", "avro_file", "blob_name",
+           "capture_record", "check_name_format", "enqueued_time_text"]
+
 log = logging.getLogger("sandbox.eventhubs.capture")
-
-SEC_APPLICATION_PROPERTIES = 0x74
-SEC_AMQP_VALUE = 0x77
-
-# The schema Capture writes, field for field (Microsoft's "explore captured Avro files" page).
-_MAP_VALUES = ["long", "double", "string", "bytes"]
-CAPTURE_SCHEMA: Dict[str, Any] = {
-    "type": "record",
-    "name": "EventData",
-    "namespace": "Microsoft.ServiceBus.Messaging",
-    "fields": [
-        {"name": "SequenceNumber", "type": "long"},
-        {"name": "Offset", "type": "string"},
-        {"name": "EnqueuedTimeUtc", "type": "string"},
-        {"name": "SystemProperties", "type": {"type": "map", "values": _MAP_VALUES}},
-        {"name": "Properties", "type": {"type": "map", "values": _MAP_VALUES}},
-        {"name": "Body", "type": ["null", "bytes"]},
-    ],
-}
-_PARSED_SCHEMA = fastavro.parse_schema(CAPTURE_SCHEMA)
 
 DEFAULT_NAME_FORMAT = "{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}"
 NAME_FIELDS = ("Namespace", "EventHub", "PartitionId", "Year", "Month", "Day", "Hour", "Minute", "Second")
@@ -90,67 +69,6 @@ def blob_name(fmt: str, namespace: str, hub: str, partition_id: str, window_star
     return fmt.format(Namespace=namespace, EventHub=hub, PartitionId=partition_id,
                       Year=f"{at.year:04d}", Month=f"{at.month:02d}", Day=f"{at.day:02d}",
                       Hour=f"{at.hour:02d}", Minute=f"{at.minute:02d}", Second=f"{at.second:02d}") + ".avro"
-
-
-def enqueued_time_text(enqueued_ms: int) -> str:
-    """EnqueuedTimeUtc as Capture writes it: .NET's invariant UTC text, e.g. `8/31/2017 7:12:14 PM`."""
-    at = datetime.fromtimestamp(enqueued_ms / 1000, tz=timezone.utc)
-    hour12 = at.hour % 12 or 12
-    half = "PM" if at.hour >= 12 else "AM"
-    return f"{at.month}/{at.day}/{at.year} {hour12}:{at.minute:02d}:{at.second:02d} {half}"
-
-
-def _text(value: Any) -> Any:
-    """Map values as Avro takes them: int/float/str/bytes; AMQP strings come back from the codec as bytes."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (int, float, str)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return raw
-    return str(value)
-
-
-def capture_record(event: Event) -> Dict[str, Any]:
-    """One stored event as the Avro record Capture writes for it."""
-    properties: Dict[str, Any] = {}
-    system: Dict[str, Any] = {}
-    body = bytearray()
-    has_body = False
-    for code, raw in split_sections(event.message):
-        if code == SEC_APPLICATION_PROPERTIES:
-            for key, value in (section_value(raw) or {}).items():
-                properties[str(_text(key))] = _text(value)
-        elif code == SEC_DATA:
-            body += bytes(section_value(raw))
-            has_body = True
-        elif code == SEC_AMQP_VALUE:
-            value = _text(section_value(raw))
-            body += value if isinstance(value, bytes) else str(value).encode("utf-8")
-            has_body = True
-        elif code == SEC_MESSAGE_ANNOTATIONS:
-            pass  # the broker's own annotations are the record's top-level fields
-    if event.partition_key is not None:
-        system["x-opt-partition-key"] = event.partition_key
-    return {
-        "SequenceNumber": event.sequence_number,
-        "Offset": event.offset,
-        "EnqueuedTimeUtc": enqueued_time_text(event.enqueued_ms),
-        "SystemProperties": system,
-        "Properties": properties,
-        "Body": bytes(body) if has_body else None,
-    }
-
-
-def avro_file(events: Iterable[Event]) -> bytes:
-    """An Avro object container file of these events (header only when there are none)."""
-    out = io.BytesIO()
-    fastavro.writer(out, _PARSED_SCHEMA, (capture_record(e) for e in events), codec="null")
-    return out.getvalue()
 
 
 class _Window:

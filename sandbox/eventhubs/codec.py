@@ -22,7 +22,7 @@ from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
 
 __all__ = [
     "AMQP_HEADER", "BATCH_FORMAT", "SASL_HEADER", "AMQPError", "AMQPTypes", "Accepted", "Message",
-    "Properties", "Rejected", "Source", "Target", "decode_payload", "perf",
+    "Properties", "Rejected", "Source", "Target", "decode_payload", "perf", "typed_entries",
 ]
 
 AMQP_HEADER = HEADER_FRAME
@@ -82,6 +82,52 @@ def split_sections(payload: bytes) -> List[Tuple[int, bytes]]:
 def section_value(section: bytes) -> Any:
     _, value = _DECODE_BY_CONSTRUCTOR[section[3]](memoryview(section)[4:])
     return value
+
+
+# Bytes a value of an unknown constructor occupies, by the constructor's high nibble (AMQP 1.0, 1.2):
+# fixed widths; for variable, compound and array ones the width of their size field.
+_FIXED_WIDTH = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
+_SIZE_WIDTH = {0xA: 1, 0xC: 1, 0xE: 1, 0xB: 4, 0xD: 4, 0xF: 4}
+
+
+def _typed_value(view: memoryview) -> Tuple[memoryview, Tuple[int, Any]]:
+    """One encoded value and its constructor code. A constructor the SDK's decoder lacks (char,
+    decimal32/64) comes back as its raw bytes rather than failing the whole map."""
+    code = view[0]
+    decode = _DECODE_BY_CONSTRUCTOR[code]
+    if decode is not None:
+        rest, value = decode(view[1:])
+        return rest, (code, value)
+    if code >> 4 in _FIXED_WIDTH:
+        width = _FIXED_WIDTH[code >> 4]
+        return view[1 + width:], (code, bytes(view[1:1 + width]))
+    if code >> 4 in _SIZE_WIDTH:
+        width = _SIZE_WIDTH[code >> 4]
+        size = int.from_bytes(bytes(view[1:1 + width]), "big")
+        return view[1 + width + size:], (code, bytes(view[1 + width:1 + width + size]))
+    raise ValueError(f"AMQP constructor 0x{code:02x} cannot be read")
+
+
+def typed_entries(section: bytes) -> List[Tuple[Tuple[int, Any], Tuple[int, Any]]]:
+    """A map section's (application properties) entries, each key and value with its AMQP constructor
+    code. The SDK's decoder returns string, symbol and binary alike as bytes and a timestamp as an int;
+    the code tells them apart (0xa1/0xb1 string, 0xa3/0xb3 symbol, 0xa0/0xb0 binary, 0x83 timestamp)."""
+    view = memoryview(section)[3:]  # after the descriptor 0x00 0x53 <code>
+    code = view[0]
+    if code == 0x40:  # null: no entries
+        return []
+    if code == 0xC1:
+        count, view = view[2], view[3:]
+    elif code == 0xD1:
+        count, view = struct.unpack(">I", view[5:9])[0], view[9:]
+    else:
+        raise ValueError(f"section is not a map (constructor 0x{code:02x})")
+    entries = []
+    for _ in range(count // 2):
+        view, key = _typed_value(view)
+        view, value = _typed_value(view)
+        entries.append((key, value))
+    return entries
 
 
 def encode_annotations_section(annotations: Dict[bytes, Any]) -> bytes:

@@ -297,7 +297,8 @@ class Connection:
             return Rejected(error=_not_found("link is not attached to a hub"))
         try:
             events = publish(link.hub, link.partition, payload, message_format)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        # ArithmeticError: the SDK's decoder overflows on a decimal128 its own encoder wrote
+        except (ValueError, KeyError, IndexError, TypeError, ArithmeticError) as exc:
             return Rejected(error=AMQPError(condition=b"amqp:decode-error", info=None,
                                             description=f"could not read the message: {exc}"))
         log.debug("stored %d event(s) in %s", len(events), link.hub.name)

@@ -21,6 +21,7 @@ from .hostconfig import EventHubOptions
 from .loader import FunctionSpec
 from .retry import RetryPolicy, Stopped
 from .settings import AppSettings, Connection, SettingsError
+from .storage import blob_service_url, credential_for, webjobs_container, webjobs_storage
 
 log = logging.getLogger("sandbox.functions")
 
@@ -30,40 +31,16 @@ LOAD_BALANCING_INTERVAL = 10.0
 OWNERSHIP_EXPIRATION = 30.0
 
 
-def credential_for(section: Dict[str, str]) -> Any:
-    """The identity an identity-based connection names (`credential`=managedidentity, `clientId`)."""
-    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
-
-    if section.get("credential", "").lower() == "managedidentity":
-        return ManagedIdentityCredential(client_id=section.get("clientId") or None)
-    return DefaultAzureCredential()
-
-
 def checkpoint_store(settings: AppSettings) -> BlobCheckpointStore:
-    """Checkpoints in AzureWebJobsStorage: connection string, `__blobServiceUri` or `__accountName`."""
-    try:
-        storage = settings.connection("AzureWebJobsStorage")
-    except SettingsError:
-        raise SettingsError("Event Hubs triggers checkpoint in AzureWebJobsStorage: define it") from None
-    from azure.storage.blob import ContainerClient
-
+    """Checkpoints in AzureWebJobsStorage, container `azure-webjobs-eventhub` (the extension's)."""
+    needed_by = "Event Hubs triggers (checkpoints)"
+    webjobs_container(settings, CHECKPOINT_CONTAINER, needed_by).close()  # there, created if missing
+    storage = webjobs_storage(settings, needed_by)
     if storage.connection_string:
-        container = ContainerClient.from_connection_string(storage.connection_string, CHECKPOINT_CONTAINER)
-        store = BlobCheckpointStore.from_connection_string(storage.connection_string, CHECKPOINT_CONTAINER)
-    else:
-        url = storage.section.get("blobServiceUri") or (
-            f"https://{storage.section['accountName']}.blob.core.windows.net"
-            if "accountName" in storage.section
-            else None
-        )
-        if not url:
-            raise SettingsError("AzureWebJobsStorage__blobServiceUri or __accountName is needed")
-        credential = credential_for(storage.section)
-        container = ContainerClient(url, CHECKPOINT_CONTAINER, credential=credential)
-        store = BlobCheckpointStore(url, CHECKPOINT_CONTAINER, credential=credential)
-    if not container.exists():
-        container.create_container()
-    return store
+        return BlobCheckpointStore.from_connection_string(storage.connection_string, CHECKPOINT_CONTAINER)
+    return BlobCheckpointStore(
+        blob_service_url(storage), CHECKPOINT_CONTAINER, credential=credential_for(storage.section)
+    )
 
 
 def consumer_client(

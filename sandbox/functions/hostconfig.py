@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
 
@@ -34,10 +34,60 @@ class EventHubOptions:
     initial_enqueued_time_utc: Optional[str] = None
 
 
+# Azure Storage's lease bounds, which the host enforces on its singleton lock periods.
+MIN_LEASE, MAX_LEASE = 15.0, 60.0
+
+
+@dataclass(frozen=True)
+class SingletonOptions:
+    """host.json `singleton` with the host's defaults (WebJobs SDK SingletonOptions). The runner uses the
+    listener ones: a timer trigger's listener runs on one instance at a time, under a blob lease."""
+
+    lock_period: float = MIN_LEASE
+    listener_lock_period: float = MAX_LEASE
+    listener_lock_recovery_polling_interval: float = 60.0
+    lock_acquisition_timeout: Optional[float] = None  # TimeSpan.MaxValue
+    lock_acquisition_polling_interval: float = 5.0
+
+    @classmethod
+    def from_mapping(cls, raw: Dict[str, Any]) -> SingletonOptions:
+        defaults = cls()
+
+        def seconds(key: str, default: Optional[float]) -> Optional[float]:
+            return timespan_seconds(raw.get(key), default)
+
+        options = cls(
+            lock_period=seconds("lockPeriod", defaults.lock_period) or 0.0,
+            listener_lock_period=seconds("listenerLockPeriod", defaults.listener_lock_period) or 0.0,
+            listener_lock_recovery_polling_interval=seconds(
+                "listenerLockRecoveryPollingInterval", defaults.listener_lock_recovery_polling_interval
+            ) or 0.0,
+            lock_acquisition_timeout=seconds("lockAcquisitionTimeout", defaults.lock_acquisition_timeout),
+            lock_acquisition_polling_interval=seconds(
+                "lockAcquisitionPollingInterval", defaults.lock_acquisition_polling_interval
+            ) or 0.0,
+        )
+        for name in ("lockPeriod", "listenerLockPeriod"):
+            value = options.lock_period if name == "lockPeriod" else options.listener_lock_period
+            if not MIN_LEASE <= value <= MAX_LEASE:
+                raise ValueError(f"host.json singleton.{name} must be 00:00:15 .. 00:01:00 (a blob lease)")
+        if options.listener_lock_recovery_polling_interval < MIN_LEASE:
+            raise ValueError("host.json singleton.listenerLockRecoveryPollingInterval must be >= 00:00:15")
+        return options
+
+    def takeover_seconds(self) -> Tuple[float, float]:
+        """(fastest, slowest) seconds from the holder's crash until another instance holds the timer: the
+        lease runs out (renewed every half period, so half to a whole period after the last renewal),
+        then the standby's next recovery poll."""
+        return (self.listener_lock_period / 2,
+                self.listener_lock_period + self.listener_lock_recovery_polling_interval)
+
+
 @dataclass(frozen=True)
 class HostConfig:
     route_prefix: str = "api"
     event_hubs: EventHubOptions = EventHubOptions()
+    singleton: SingletonOptions = SingletonOptions()
     retry: Optional[Dict[str, Any]] = None
     raw: Optional[Dict[str, Any]] = None
 
@@ -64,5 +114,9 @@ class HostConfig:
         )
         route_prefix = extensions.get("http", {}).get("routePrefix", "api")
         return cls(
-            route_prefix=str(route_prefix).strip("/"), event_hubs=options, retry=raw.get("retry"), raw=raw
+            route_prefix=str(route_prefix).strip("/"),
+            event_hubs=options,
+            singleton=SingletonOptions.from_mapping(raw.get("singleton") or {}),
+            retry=raw.get("retry"),
+            raw=raw,
         )

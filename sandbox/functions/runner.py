@@ -83,9 +83,11 @@ class Runner:
 
             return EventHubTrigger(spec, self.settings, self.host.event_hubs, retry, self.stop_event)
         if spec.trigger_type == "timerTrigger":
+            from .singleton import host_id
             from .timer import TimerTrigger
 
-            return TimerTrigger(spec, self.settings, retry, self.stop_event)
+            host = host_id(self.settings, self.app_dir)
+            return TimerTrigger(spec, self.settings, retry, self.stop_event, host, self.host.singleton)
         raise RuntimeError(
             f"function {spec.name}: trigger type {spec.trigger_type!r} is not supported "
             "(eventHubTrigger, timerTrigger, httpTrigger)"

@@ -1,4 +1,5 @@
-"""Timer triggers on their NCRONTAB schedule (6 fields, seconds first) or a TimeSpan interval."""
+"""Timer triggers on their NCRONTAB schedule (6 fields, seconds first) or a TimeSpan interval, each a
+singleton across the runners that share AzureWebJobsStorage and the host id (singleton.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Callable, Optional
 from azure.functions.timer import TimerRequest
 from croniter import croniter
 
-from .hostconfig import timespan_seconds
+from .hostconfig import SingletonOptions, timespan_seconds
 from .loader import FunctionSpec
 from .retry import RetryPolicy, Stopped
 from .settings import AppSettings
+from .singleton import ListenerLock
 
 log = logging.getLogger("sandbox.functions")
 
@@ -37,10 +39,17 @@ def next_occurrence_function(schedule: str) -> Callable[[datetime], datetime]:
 
 
 class TimerTrigger:
-    """Fires the function at each occurrence; occurrences missed while it ran fire once, past due."""
+    """Fires the function at each occurrence while this runner holds the function's listener lock;
+    occurrences missed while it ran fire once, past due. Without the lock it polls for it."""
 
     def __init__(
-        self, spec: FunctionSpec, settings: AppSettings, retry: RetryPolicy, stop: threading.Event
+        self,
+        spec: FunctionSpec,
+        settings: AppSettings,
+        retry: RetryPolicy,
+        stop: threading.Event,
+        host_id: str,
+        singleton: SingletonOptions,
     ) -> None:
         self.spec = spec
         self.schedule = str(settings.resolve(spec.trigger["schedule"]))
@@ -48,10 +57,12 @@ class TimerTrigger:
         self.run_on_startup = bool(spec.trigger.get("runOnStartup", False))
         self.retry = retry
         self.stop = stop
+        self.recovery_interval = singleton.listener_lock_recovery_polling_interval
+        self.lock = ListenerLock(settings, host_id, spec.name, singleton)
         self.thread: Optional[threading.Thread] = None
 
     def describe(self) -> str:
-        return f"timerTrigger schedule={self.schedule!r}"
+        return f"timerTrigger schedule={self.schedule!r} singleton={self.lock.blob_name!r}"
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name=f"timer-{self.spec.name}", daemon=True)
@@ -62,13 +73,40 @@ class TimerTrigger:
             self.thread.join(timeout)
 
     def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self._acquire():
+                    log.info("Unable to acquire Singleton lock (%s).", self.lock.blob_name)
+                    self.stop.wait(self.recovery_interval)
+                    continue
+                log.info("Singleton lock acquired (%s): the timer runs here", self.lock.blob_name)
+                self._run_schedule()
+                if not self.stop.is_set():
+                    log.warning("Singleton lock lost (%s): the timer stops here", self.lock.blob_name)
+                    self.lock.release()
+        finally:
+            self.lock.close()  # after the last invocation returned, as the host releases it
+
+    def _acquire(self) -> bool:
+        try:
+            return self.lock.acquire()
+        except Exception as exc:  # noqa: BLE001 - storage unreachable: try again at the next poll
+            log.warning("Singleton lock %s not acquired: %s: %s",
+                        self.lock.blob_name, type(exc).__name__, exc)
+            return False
+
+    def _run_schedule(self) -> None:
+        """The schedule, from now (the host starts the listener when it gets the lock), until the runner
+        stops or the lock is lost. An invocation starts only while the lease surely lasts."""
         last: Optional[datetime] = None
         if self.run_on_startup:
             self._fire(datetime.now(timezone.utc), last, past_due=False, reason="RunOnStartup")
         due = self.next_after(datetime.now(timezone.utc))
-        while not self.stop.is_set():
-            if self.stop.wait(max(0.0, (due - datetime.now(timezone.utc)).total_seconds())):
-                return
+        while not self.stop.is_set() and self.lock.held:
+            wait = (due - datetime.now(timezone.utc)).total_seconds()
+            if wait > 0:
+                self.stop.wait(min(wait, 1.0))  # wake each second: a lost lock stops the schedule
+                continue
             now = datetime.now(timezone.utc)
             # More than one occurrence elapsed (the function ran long): fire once, flagged past due.
             past_due = self.next_after(due) <= now

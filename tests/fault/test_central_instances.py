@@ -3,7 +3,9 @@ partitions: the real EventHubConsumerClient with BlobCheckpointStore spreads the
 simulated fleet in scale sets under a budget of one VM per scale set walks its Reboots through; one
 runner is SIGKILLed while a batch executes, its partitions move to the others. Afterwards: nothing
 lost (every incarnation recorded, every event Completed, every Scheduled alert delivered), nothing
-approved twice, never two VMs of one scale set approved at once."""
+approved twice, never two VMs of one scale set approved at once. The reevaluate timer runs on one
+runner at a time (the host's singleton lease); when the killed runner held it, a survivor takes it
+over once the lease has run out (host.json singleton: within 30 s)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from typing import Dict, List, Set
 import pytest
 
 from sandbox import processes
+from sandbox.functions.hostconfig import HostConfig
 from tests.central.factory import Vm, event
+from tests.functions.conftest import REPO
 
 from .central_rig import (
     HUB,
@@ -46,6 +50,8 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# The runner's log line when it takes the reevaluate timer's singleton lease (sandbox/functions/timer.py).
+TIMER_TAKEN = "Host.Functions.reevaluate.Listener): the timer runs here"
 PARTITION = re.compile(r"Executing 'Functions\.ingest' \(Reason='\(null\) partition=(\d+)")
 
 
@@ -158,8 +164,13 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
             timeout=90,
             what="every event Completed",
         )
+        if TIMER_TAKEN in log_text(victim):  # the timer moves once the lease has run out, and a poll came
+            slowest = HostConfig.load(REPO / "host.json").singleton.takeover_seconds()[1]
+            wait_for(lambda: any(TIMER_TAKEN in log_text(runners[i])[offset:]
+                                 for i, offset in survivors_at_kill.items()),
+                     timeout=slowest + 15, what="a survivor holding the reevaluate timer")
         wait_for(
-            lambda: (  # an alert the killed runner had claimed comes from another after its 60 s lease
+            lambda: (  # an alert the killed runner had claimed comes from the timer after its 60 s lease
                 {f"{e}:{status}" for e in events.values() for status in ("Scheduled", "Started")}
                 <= {a.get("key") for a in webhook_alerts(webhook)}
             ),
@@ -187,6 +198,15 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
     assert sum("ingest:" in text for text in logs) >= 2, "at least two runners processed batches"
     taken_over = set().union(*(partitions(logs[i][offset:]) for i, offset in survivors_at_kill.items()))
     assert served and served <= taken_over, f"partitions {sorted(served - taken_over)} were never taken over"
+    victim_index = runners.index(victim)
+    before = [logs[i][:survivors_at_kill[i]] if i in survivors_at_kill else logs[i] for i in range(len(logs))]
+    after = [logs[i][survivors_at_kill[i]:] for i in survivors_at_kill]
+    holders = [i for i, text in enumerate(before) if TIMER_TAKEN in text]
+    assert len(holders) == 1 and before[holders[0]].count(TIMER_TAKEN) == 1, "the timer on one runner"
+    ran = [i for i, text in enumerate(before) if "Executing 'Functions.reevaluate'" in text]
+    assert ran == holders, f"reevaluate ran on runners {ran}; only {holders} held the timer"
+    moved = sum(text.count(TIMER_TAKEN) for text in after)
+    assert moved == (1 if holders == [victim_index] else 0), "the timer moved only if its holder died"
     assert len({(r["VmId"], r["Incarnation"]) for r in incarnations}) == 3 * len(vms), "an incarnation lost"
     assert len(rows) == len(vms) and all(r["Status"] == "Completed" for r in rows)
     for vm in vms:
@@ -198,6 +218,7 @@ def test_three_runners_share_the_partitions_and_survive_a_kill(form: str, tmp_pa
         assert keys[f"{eid}:Scheduled"] >= 1 and keys[f"{eid}:Started"] >= 1, eid
     print(
         f"vms={len(vms)} runners=3 partitions=8 killed mid-batch={mid_batch} its partitions={sorted(served)} "
-        f"taken over by the others alerts={len(alerts)} "
+        f"taken over by the others timer held by {holders} (victim {victim_index}, moved {moved}) "
+        f"alerts={len(alerts)} "
         f"repeats={sum(c - 1 for c in keys.values())}"
     )

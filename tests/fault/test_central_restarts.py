@@ -125,7 +125,8 @@ def test_central_killed_mid_batch_and_replayed_sends_nothing_twice(form: str, tm
                  and len(table_rows(storage, "Events")) == len(fleet.vms),
                  timeout=120, what="every incarnation recorded and every event Completed")
         # every alert is owed in the State table until delivered: those a kill interrupted go out once
-        # their lease (60 s) is over, from the running instance's timer
+        # their lease (60 s) is over, from the running instance's timer (the timer is a singleton: a
+        # restarted instance gets it once the killed one's lock lease has run out, within 30 s)
         expected_keys = {f"{fleet.events[vm.name]}:{s}" for vm in fleet.vms for s in STATUSES}
         wait_for(lambda: expected_keys <= {a.get("key") for a in webhook_alerts(webhook)}, timeout=150,
                  what="every alert delivered (at least once)")

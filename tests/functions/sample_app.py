@@ -1,6 +1,7 @@
 """A test-only FunctionApp for the runner: records what each trigger delivered, one JSON line each.
 
-Everything it needs comes from app settings, as in a real app: RECORD_FILE, SAMPLE_HUB, TICK_SCHEDULE.
+Everything it needs comes from app settings, as in a real app: RECORD_FILE, SAMPLE_HUB, TICK_SCHEDULE,
+TICK_SECONDS (how long a tick takes).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any, Dict, List
 
 import azure.functions as func
@@ -57,7 +59,10 @@ def collect(batch: List[func.EventHubEvent]) -> None:
 
 @app.timer_trigger(arg_name="timer", schedule="%TICK_SCHEDULE%")
 def tick(timer: func.TimerRequest) -> None:
-    _record({"function": "tick", "past_due": timer.past_due})
+    started = time.time()
+    time.sleep(float(os.environ.get("TICK_SECONDS") or 0))
+    _record({"function": "tick", "past_due": timer.past_due, "pid": os.getpid(),
+             "started": started, "ended": time.time()})
 
 
 @app.route(route="echo/{name}", methods=["GET", "POST"])

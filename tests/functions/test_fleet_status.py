@@ -26,6 +26,9 @@ TOKENS: Dict[str, str] = {}
 @pytest.fixture(scope="module")
 def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     work = tmp_path_factory.mktemp("fleet")
+    # taken here, not at import: on a loaded machine a file can run minutes after its collection, and
+    # the live VM must still be within LEADER_LIVENESS_SECONDS (300 s) when the tests ask
+    now = datetime.now(timezone.utc)
     azurite = processes.start_azurite(log_dir=work)
     hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
     storage = azurite.extra["connection_string"]
@@ -39,9 +42,6 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
         "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
     }
     svc = signing.central(values)
-    # now, not at import: under xdist a loaded worker may reach this file minutes after collecting it,
-    # and the live VM must still be inside the liveness window when the tests read the fleet
-    now = datetime.now(timezone.utc)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
     an_hour_ago = now - timedelta(hours=1)
     svc.handle_batch([body(silent.heartbeat(at=an_hour_ago))], now=an_hour_ago)

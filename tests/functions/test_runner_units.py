@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.functions.hostconfig import HostConfig, timespan_seconds
+from sandbox.functions.hostconfig import HostConfig, SingletonOptions, timespan_seconds
 from sandbox.functions.http import KeyStore, route_pattern
 from sandbox.functions.retry import RetryPolicy, Stopped
 from sandbox.functions.settings import AppSettings, SettingsError, expand_development_storage
+from sandbox.functions.singleton import host_id, listener_lock_blob
 from sandbox.functions.timer import next_occurrence_function
 
 
@@ -115,6 +116,34 @@ def test_host_json_event_hubs_options_and_defaults(tmp_path: Path) -> None:
 def test_repository_host_json_is_read_by_the_runner() -> None:
     host = HostConfig.load(Path(__file__).resolve().parents[2] / "host.json")
     assert host.retry is not None and RetryPolicy.from_mapping(host.retry).strategy == "exponentialBackoff"
+    # the reevaluate timer moves to another instance within 30 s of its holder's crash (defaults: 2 min)
+    assert host.singleton.takeover_seconds() == (7.5, 30)
+
+
+def test_singleton_defaults_are_the_hosts_and_host_json_overrides_them() -> None:
+    defaults = SingletonOptions.from_mapping({})
+    assert (defaults.listener_lock_period, defaults.listener_lock_recovery_polling_interval) == (60, 60)
+    assert defaults.takeover_seconds() == (30, 120)  # crash of the holder: half a lease .. lease + poll
+    short = SingletonOptions.from_mapping(
+        {"listenerLockPeriod": "00:00:15", "listenerLockRecoveryPollingInterval": "00:00:20"})
+    assert short.takeover_seconds() == (7.5, 35)
+
+
+@pytest.mark.parametrize("raw", [{"listenerLockPeriod": "00:00:10"}, {"lockPeriod": "00:02:00"},
+                                 {"listenerLockRecoveryPollingInterval": "00:00:05"}])
+def test_singleton_periods_outside_what_a_blob_lease_allows_are_refused(raw: dict) -> None:
+    with pytest.raises(ValueError, match="singleton"):
+        SingletonOptions.from_mapping(raw)
+
+
+def test_host_id_is_the_setting_or_a_stable_local_default() -> None:
+    assert host_id(settings({"AzureFunctionsWebHost__hostid": "My-App-"}), Path("/x")) == "my-app"
+    local = host_id(settings({}), Path("/srv/app"), machine="build-07.example")
+    assert local == "build07example-251135983"  # letters and digits of the name, the path hash
+    assert local == host_id(settings({}), Path("/srv/app"), machine="build-07.example")  # every process
+    assert local != host_id(settings({}), Path("/srv/other"), machine="build-07.example")
+    assert len(host_id(settings({"AzureFunctionsWebHost__hostid": "x" * 40}), Path("/x"))) == 32
+    assert listener_lock_blob("my-app", "reevaluate") == "locks/my-app/Host.Functions.reevaluate.Listener"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("00:00:05", 5), ("01:02:03", 3723), ("1.00:00:00", 86400)])

@@ -1,4 +1,5 @@
-"""Capture in the sandbox Event Hubs server: Capture-format Avro files in Azurite, read back with fastavro.
+"""Capture in the sandbox Event Hubs server: Capture-format Avro files in Azurite, read back with the
+Apache `avro` reader (not fastavro, the writer's library, so the reading shares none of its assumptions).
 
 Real parts only: the server process, the azure-eventhub producer over AMQP, Azurite, the blob SDK.
 """
@@ -14,22 +15,43 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import fastavro
 import pytest
+from avro.datafile import DataFileReader
+from avro.io import DatumReader
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub._transport._pyamqp_transport import PyamqpTransport  # how the SDK encodes a message
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from sandbox import processes
 from sandbox.eventhubs import capture
-from sandbox.eventhubs.codec import encode_message
+from sandbox.eventhubs.codec import AMQPTypes, encode_message, typed
 from sandbox.eventhubs.publish import stamp
 from sandbox.eventhubs.store import Event
 
+# The header schema of files Azure Capture writes, as public readers print it (docs/eventhubs-server.md
+# cites them): compact JSON, "null" in Properties' union only, the namespace as its own key.
+AZURE_SCHEMA_TEXT = (
+    '{"type":"record","name":"EventData","namespace":"Microsoft.ServiceBus.Messaging","fields":['
+    '{"name":"SequenceNumber","type":"long"},{"name":"Offset","type":"string"},'
+    '{"name":"EnqueuedTimeUtc","type":"string"},'
+    '{"name":"SystemProperties","type":{"type":"map","values":["long","double","string","bytes"]}},'
+    '{"name":"Properties","type":{"type":"map","values":["long","double","string","bytes","null"]}},'
+    '{"name":"Body","type":["null","bytes"]}]}'
+)
+
 NAME = re.compile(r"^sandbox/(?P<hub>[^/]+)/(?P<partition>\d+)/"
                   r"(\d{4})/(\d{2})/(\d{2})/(\d{2})/(\d{2})/(\d{2})\.avro$")
+
+
+def read_avro(data: bytes) -> Tuple[Dict[str, bytes], List[Dict[str, Any]]]:
+    """An object container file's header metadata (in file order) and records, by the Apache reader."""
+    reader = DataFileReader(io.BytesIO(data), DatumReader())
+    try:
+        return dict(reader.meta), list(reader)
+    finally:
+        reader.close()
 
 
 # ---- units: names, time text, records ----------------------------------------------------------
@@ -79,16 +101,38 @@ def test_record_carries_body_properties_and_partition_key() -> None:
         "Properties": {"kind": "heartbeat", "n": 7},
         "Body": b'{"id":"x"}',
     }
-    parsed = list(fastavro.reader(io.BytesIO(capture.avro_file([stored]))))
+    _, parsed = read_avro(capture.avro_file([stored]))
     assert parsed == [record]
 
 
-def test_empty_window_file_is_a_valid_avro_file_with_the_schema() -> None:
-    reader = fastavro.reader(io.BytesIO(capture.avro_file([])))
-    assert list(reader) == []
-    assert reader.writer_schema["name"] == "Microsoft.ServiceBus.Messaging.EventData"
-    assert [f["name"] for f in reader.writer_schema["fields"]] == \
-        ["SequenceNumber", "Offset", "EnqueuedTimeUtc", "SystemProperties", "Properties", "Body"]
+def test_header_holds_azures_schema_text_and_codec_in_azures_order() -> None:
+    meta, records = read_avro(capture.avro_file([]))
+    assert records == []  # an empty window: a header-only file
+    assert list(meta) == ["avro.codec", "avro.schema"]
+    assert meta["avro.codec"] == b"null"
+    assert meta["avro.schema"].decode("utf-8") == AZURE_SCHEMA_TEXT
+
+
+def _stored(properties: Dict[str, Any]) -> Event:
+    event = EventData(b"body")
+    event.properties = properties
+    message = encode_message(PyamqpTransport.to_outgoing_amqp_message(event.raw_amqp_message))
+    return Event(0, 1_500_000_000_000, None, stamp(message, 0, 1_500_000_000_000, None))
+
+
+@pytest.mark.parametrize("value, expected", [
+    (typed(AMQPTypes.symbol, b"sym"), "sym"),
+    (typed(AMQPTypes.ubyte, 200), 200),
+    (typed(AMQPTypes.short, -3), -3),
+    (typed(AMQPTypes.uint, 2**32 - 1), 2**32 - 1),
+    (typed(AMQPTypes.ulong, 2**64 - 1), str(2**64 - 1)),  # past a long: its text
+    (typed(AMQPTypes.float, 0.5), 0.5),
+    (typed(AMQPTypes.binary, b"plain text"), b"plain text"),
+])
+def test_property_types_the_python_sdk_can_only_send_typed(value: Any, expected: Any) -> None:
+    _, (record,) = read_avro(capture.avro_file([_stored({"p": value})]))
+    assert record["Properties"] == {"p": expected}
+    assert type(record["Properties"]["p"]) is type(expected)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
@@ -140,7 +184,7 @@ def _send(server: processes.Server, hub: str, bodies_by_key: Dict[str, List[byte
 def _files(container: ContainerClient) -> Dict[str, List[dict]]:
     out = {}
     for blob in container.list_blobs():
-        out[blob.name] = list(fastavro.reader(io.BytesIO(container.download_blob(blob.name).readall())))
+        out[blob.name] = read_avro(container.download_blob(blob.name).readall())[1]
     return out
 
 
@@ -208,6 +252,47 @@ def test_capture_writes_every_event_once_in_capture_format(
     assert len(partitions_with_events) in (1, 2)
     # windows without events still get a (header-only) file, as Azure writes them
     assert any(not recs for recs in files.values())
+
+
+# Every application property type the azure-eventhub producer can send, and what Capture writes for it
+# (docs/eventhubs-server.md#capture-format: the union's own types kept; bool, timestamp and uuid as text).
+TYPED_PROPERTIES: Dict[str, Tuple[Any, Any]] = {
+    "string": ("héllo", "héllo"),
+    "binary-utf8": (b"plain ascii", b"plain ascii"),  # AMQP binary stays bytes, even when it decodes
+    "binary": (b"\xff\x00\xfe", b"\xff\x00\xfe"),
+    "int": (-7, -7),
+    "long": (typed(AMQPTypes.long, 2**40 + 3), 2**40 + 3),
+    "double": (2.5, 2.5),
+    "true": (True, "True"),
+    "false": (False, "False"),
+    "timestamp": (datetime(2024, 1, 2, 15, 4, 5, 678000, tzinfo=timezone.utc), "1/2/2024 3:04:05 PM"),
+    "uuid": (uuid.UUID("12345678-9abc-def0-1234-56789abcdef0"), "12345678-9abc-def0-1234-56789abcdef0"),
+    "null": (None, None),
+}
+
+
+def test_capture_keeps_each_property_type_as_azure_writes_it(
+        azurite: processes.Server, container_name: str, tmp_path: Path) -> None:
+    server = _capture_server(azurite, "typed=1", container_name, tmp_path,
+                             ["--capture-interval", "1", "--capture-skip-empty"])
+    try:
+        conn = processes.eventhubs_connection_string(server.port, "typed")
+        with EventHubProducerClient.from_connection_string(conn, retry_total=1) as client:
+            event = EventData(b'{"id":"typed"}')
+            event.properties = {name: sent for name, (sent, _) in TYPED_PROPERTIES.items()}
+            client.send_event(event)
+        _wait_for_records(_container(azurite, container_name), 1)
+        container = _container(azurite, container_name)
+        (blob,) = [b.name for b in container.list_blobs()]
+        meta, (record,) = read_avro(container.download_blob(blob).readall())
+    finally:
+        server.stop()
+    assert meta["avro.schema"].decode("utf-8") == AZURE_SCHEMA_TEXT
+    assert record["Body"] == b'{"id":"typed"}'
+    expected = {name: written for name, (_, written) in TYPED_PROPERTIES.items()}
+    assert record["Properties"] == expected
+    for name, written in expected.items():  # the union branch, not only an equal value (1 == 1.0)
+        assert type(record["Properties"][name]) is type(written), name
 
 
 def test_stop_flushes_the_open_window_and_skip_empty_writes_no_empty_files(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -20,7 +21,7 @@ from azure.storage.blob import BlobServiceClient
 from sandbox import processes
 
 HUBS = ["basic=2", "keys=4", "parts=2", "positions=1", "groups=2:analytics", "batches=1", "props=2",
-        "latest=1", "big=1", "ckpt=1"]
+        "latest=1", "big=1", "ckpt=1", "refused=1"]
 
 
 # Closing a consumer client takes the SDK ~1.4 s; tests hand that to a thread and the module joins them.
@@ -278,6 +279,19 @@ def test_application_properties_survive(server: processes.Server) -> None:
     (got,) = receive(conn(server, "big"), 1)
     assert got.properties[b"vmId"] == b"1234" and got.properties[b"n"] == 7
     assert got.content_type == "application/cloudevents+json"
+
+
+def test_a_property_the_server_cannot_read_is_refused_and_the_link_stays_up(server: processes.Server) -> None:
+    """A decimal128 property: the SDK's decoder (which the server uses) overflows on what its encoder
+    wrote. The send is refused with amqp:decode-error; nothing is stored; the next send goes through."""
+    event = EventData("decimal")
+    event.properties = {"amount": Decimal("12.5")}
+    client = EventHubProducerClient.from_connection_string(conn(server, "refused"), retry_total=0)
+    with client:
+        with pytest.raises(EventHubError, match="could not read the message"):
+            client.send_event(event, partition_id="0")
+        client.send_event(EventData("after"), partition_id="0")
+    assert bodies(receive(conn(server, "refused"), 2, timeout=5)) == ["after"]
 
 
 def test_unknown_hub_is_a_clear_error(server: processes.Server) -> None:
