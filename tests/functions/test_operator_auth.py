@@ -52,13 +52,12 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str, L
     work = tmp_path_factory.mktemp("operator-auth")
     issuer = LocalIssuer(work / "issuer").init()
     azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2",), log_dir=work)
+    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
     storage = azurite.extra["connection_string"]
     values = {
         "AzureWebJobsStorage": storage,
         "ApprovalStorage": storage,
-        "EventHubConnection": processes.eventhubs_connection_string(hub.port, "scheduled-events"),
-        "EVENTHUB_NAME": "scheduled-events",
+        **processes.central_hub_settings(hub.port, "scheduled-events"),
         "TABLE_PREFIX": PREFIX,
         "POLICY_JSON": json.dumps({"version": 1, "rules": [{"name": "manual", "action": "hold"}]}),
         "ALERT_WEBHOOK_URL": "",

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import pytest
 
 from sandbox import processes
+from sandbox.functions.issuer import LocalIssuer
 
 from .conftest import RunnerFiles, start_runner, wait_until
 from .test_end_to_end import KEY, get
@@ -57,7 +58,8 @@ def world(request: pytest.FixtureRequest, azurite: processes.Server, tmp_path: P
                  **processes.central_hub_settings(hub.port), "EVENTHUB_CONSUMER_GROUP": "platform-e2e",
                  "TABLE_PREFIX": PREFIX + request.param, "POLICY_JSON": "", "ALERT_WEBHOOK_URL": "",
                  "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "*/2 * * * * *"},
-                keys={"host": {"default": KEY}})
+                keys={"host": {"default": KEY}},
+                auth=LocalIssuer(tmp_path / "central" / "issuer").init().auth_section())
     runner = start_runner(files, "function_app")
     try:
         yield World(imds, runner, request.param)
