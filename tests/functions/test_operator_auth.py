@@ -20,6 +20,7 @@ import requests
 from central.runtime.service import CentralService
 from sandbox import processes
 from sandbox.functions.issuer import LocalIssuer
+from tests import signing
 from tests.central.factory import Vm, body, event
 
 from .conftest import RunnerFiles, start_runner
@@ -65,7 +66,7 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str, L
         "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
         "OPERATOR_KEY_SHA256": json.dumps({"pagerbot": hashlib.sha256(PAGER_KEY.encode()).hexdigest()}),
     }
-    seed(CentralService.from_settings(values))
+    seed(signing.central(values))  # what forwarders send: signed (central runs in AUTHN_MODE=required)
     keys = {"host": {"default": DEFAULT_KEY, "pagerbot": PAGER_KEY}}
     on, off = RunnerFiles(work / "on"), RunnerFiles(work / "off")
     on.write({**values, "EVENTHUB_CONSUMER_GROUP": "auth-on"}, keys=keys, auth=issuer.auth_section())
