@@ -30,8 +30,13 @@ from pathlib import Path
 from typing import Dict, List
 
 from bench import Figure, record
-from bench.azure_prices import (HOURS_PER_MONTH, METRIC_RECORD_BYTES, PRICES, REQUEST_RECORD_BYTES,
-                                TRACE_RECORD_BYTES)
+from bench.azure_prices import (
+    HOURS_PER_MONTH,
+    METRIC_RECORD_BYTES,
+    PRICES,
+    REQUEST_RECORD_BYTES,
+    TRACE_RECORD_BYTES,
+)
 from bench.fleet_units import PARTITIONS, Run, measure
 from sandbox import processes
 
@@ -104,7 +109,7 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
     s_logs, w_logs = log_bytes(s.logs, s_exec, levels), log_bytes(w.logs, w_exec, levels)
     markers = 3600.0 / max(HEARTBEAT_LOG_EVERY, args.interval)
     marker_on = level_of(levels, "Function.ingest.User") <= 2
-    vm_reads = args.fast_minutes * 60.0 / args.fast_interval + 2  # fast reads while Scheduled + receive, delete
+    vm_reads = args.fast_minutes * 60.0 / args.fast_interval + 2  # reads while Scheduled; receive, delete
     return {
         "eh_events": beats + 4 * events,
         "eh_bytes": s.bytes / s.envelopes * beats + w.bytes / max(1, w.envelopes) * 4 * events,
@@ -125,7 +130,9 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
 def fixed_per_hour(run: Run, instances: int, levels: Dict[str, int], timer_s: float) -> Dict[str, float]:
     """What the deployment bills with no VM at all: the timer, the trigger's ownership renewals, the
     host's aggregated metrics and central's metric export per instance."""
-    aggregator = AGGREGATOR_ROWS * 2 * AGGREGATOR_FLUSHES_PER_HOUR if level_of(levels, "Host.Aggregator") <= 2 else 0
+    aggregator = AGGREGATOR_ROWS * 2 * AGGREGATOR_FLUSHES_PER_HOUR
+    if level_of(levels, "Host.Aggregator") > 2:
+        aggregator = 0
     metric_rows = (aggregator + 60 * 2) * instances  # + OpenTelemetry: ~2 series exported per minute
     return {
         "executions": 60.0, "exec_seconds": 60.0 * timer_s,
@@ -156,7 +163,8 @@ def bill(n: int, per_vm: Dict[str, float], run: Run, levels: Dict[str, int], mem
         "Functions executions": month["executions"] / 1e6 * p["fx_million_exec"],
         "Functions GB-s": month["exec_seconds"] * mem_gb * p["fx_gb_s"],
         "Table transactions": month["table"] / 1e4 * p["table_10k"],
-        "Queue operations (central + VMs)": (month["queue_central"] + month["queue_vm"]) / 1e4 * p["queue_10k"],
+        "Queue operations (central + VMs)":
+            (month["queue_central"] + month["queue_vm"]) / 1e4 * p["queue_10k"],
         "Blob operations (checkpoints, ownership)": month["blob"] / 1e4 * p["blob_10k"],
         "Log Analytics ingestion": month["log_bytes"] / 1e9 * p["la_gb"],
     }
@@ -165,7 +173,7 @@ def bill(n: int, per_vm: Dict[str, float], run: Run, levels: Dict[str, int], mem
         blocks = files + n * per_vm["eh_bytes"] * HOURS_PER_MONTH / CAPTURE_BLOCK
         lines["Capture (TU-hours)"] = tus * HOURS_PER_MONTH * p["eh_capture_tu_hour"]
         lines["Capture blob writes"] = (files + blocks) / 1e4 * p["blob_10k"]
-    lines["_tus"], lines["_instances"], lines["_events_s"], lines["_bytes_s"] = tus, instances, events_s, bytes_s
+    lines.update({"_tus": tus, "_instances": instances, "_events_s": events_s, "_bytes_s": bytes_s})
     lines["_log_gb"] = month["log_bytes"] / 1e9
     return lines
 
@@ -174,7 +182,8 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet_cost", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="fleet sizes played (paced at their real rate)")
     parser.add_argument("--price-sizes", default="1000,10000,100000", help="fleet sizes priced")
-    parser.add_argument("--interval", type=float, default=60.0, help="heartbeat interval, s (forwarder default 60)")
+    parser.add_argument("--interval", type=float, default=60.0,
+                        help="heartbeat interval, s (forwarder default 60)")
     parser.add_argument("--events-per-vm-month", type=float, default=4.0)
     parser.add_argument("--wave", type=float, default=0.05, help="share of the played VMs in the wave")
     parser.add_argument("--wave-seconds", type=float, default=30.0)
@@ -206,8 +215,12 @@ def main(argv: List[str]) -> int:
               f"{run.steady.executions.get('ingest', 0)} executions; wave {run.wave_events} events "
               f"({run.wave.envelopes} incarnations), {run.wave.executions.get('ingest', 0)} executions")
         print("  per VM-hour: " + ", ".join(f"{k} {v:.4g}" for k, v in per_vm.items()))
+        w, k = run.wave, max(1, run.wave_events)
+        print(f"  wave, per event (3 incarnations): Table {w.table / k:.2f}, Queue {w.queue / k:.2f}, "
+              f"executions {w.executions.get('ingest', 0) / k:.2f}")
         for key in ("executions", "exec_seconds", "table", "queue_central", "blob", "log_bytes"):
-            figures.append(Figure("fleet_cost", f"played {n} VMs: {key} per VM-hour", round(per_vm[key], 5), ""))
+            figures.append(Figure("fleet_cost", f"played {n} VMs: {key} per VM-hour",
+                                  round(per_vm[key], 5), ""))
     print(f"\nprices (USD; {len(PRICES)} meters, sources in bench/azure_prices.py and docs/sizing.md); "
           f"instance memory {mem_gb:g} GB (infra/main.bicep); heartbeat every {args.interval:g} s; "
           f"{args.events_per_vm_month:g} events per VM-month")

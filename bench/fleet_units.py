@@ -69,7 +69,8 @@ def event_doc(vm: FakeVm, event_id: str, status: str, at: datetime) -> Dict[str,
     return {
         "EventId": event_id, "EventStatus": status, "EventType": "Reboot",
         "ResourceType": "VirtualMachine", "Resources": [vm.name],
-        "NotBefore": format_datetime(at + timedelta(minutes=15), usegmt=True) if status == "Scheduled" else "",
+        "NotBefore": format_datetime(at + timedelta(minutes=15), usegmt=True) if status == "Scheduled"
+        else "",
         "Description": "bench", "EventSource": "Platform", "DurationInSeconds": -1,
     }
 
@@ -91,7 +92,8 @@ def wave_incarnation(vm: FakeVm, event_id: str, status: str, at: datetime, last:
         "reset": False, "apiVersion": "2020-07-01", "document": doc, "diff": diff,
         "observedAt": at.isoformat().replace("+00:00", "Z"),
     }
-    return vm._wrap("incarnation", f"{vm.vm_id}:incarnation:{vm.incarnation}:{uuid.uuid4().hex[:8]}", data, at)
+    envelope_id = f"{vm.vm_id}:incarnation:{vm.incarnation}:{uuid.uuid4().hex[:8]}"
+    return vm._wrap("incarnation", envelope_id, data, at)
 
 
 class Pacer:
@@ -136,7 +138,8 @@ class Pacer:
 
 def _classify(name: str, msg: str) -> str:
     if name == "sandbox.functions":
-        return "host-function" if msg.startswith(("Executing 'Functions.", "Executed 'Functions.")) else "host"
+        host_function = msg.startswith(("Executing 'Functions.", "Executed 'Functions."))
+        return "host-function" if host_function else "host"
     return "heartbeat-marker" if msg.startswith("se.heartbeat ") else "user"
 
 
@@ -201,7 +204,8 @@ def measure(n: int, work: Path, azurite: processes.Server, interval: float, wave
     try:
         files = RunnerFiles(work / f"cost{n}")
         files.write({
-            "AzureWebJobsStorage": processes.azurite_connection_string(blobs.port, ports["queue"], ports["table"]),
+            "AzureWebJobsStorage":
+                processes.azurite_connection_string(blobs.port, ports["queue"], ports["table"]),
             "ApprovalStorage": processes.azurite_connection_string(ports["blob"], queues.port, tables.port),
             "EventHubConnection": processes.eventhubs_connection_string(hub.port, HUB),
             "EVENTHUB_NAME": HUB, "EVENTHUB_CONSUMER_GROUP": "central", "TABLE_PREFIX": f"cost{n}",

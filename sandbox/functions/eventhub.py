@@ -230,7 +230,8 @@ class EventHubTrigger:
             self.pending_since[pid] = time.monotonic()
         held.extend(events)
         waited = time.monotonic() - self.pending_since.get(pid, time.monotonic())
-        if not held or (len(held) < self.options.min_event_batch_size and waited < self.options.max_wait_time):
+        if not held or (len(held) < self.options.min_event_batch_size
+                        and waited < self.options.max_wait_time):
             return
         self.pending[pid] = []
         size = self.options.max_event_batch_size
