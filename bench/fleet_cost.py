@@ -10,10 +10,10 @@ blobs); the log records Application Insights would receive under the repo's host
 request per execution and Executing/Executed traces, central's own lines by level, the host's
 aggregated per-function metrics, central's OpenTelemetry metrics). Modelled, and said so in the output:
 the VMs' own queue reads per event, one approval-result envelope per event (priced as one incarnation),
-heartbeat markers per VM-hour (central logs one per VM per 300 s; the played heartbeats span less
-time), Capture's files. The heartbeat interval is a parameter: units per heartbeat are measured at
-the fleet's rate for the sizes played; the largest played size stands in for larger fleets (its
-batches are smaller than theirs would be, so executions per envelope are over-, not under-counted).
+heartbeat markers per VM-hour (central names each VM once per 300 s, the VMs of a batch
+in one line; the played heartbeats span less time), Capture's files. The heartbeat interval is a
+parameter: units per heartbeat are measured at the fleet's rate for the sizes played; the largest
+played size stands in for larger fleets (its batches are smaller than theirs would be, so executions per envelope are over-, not under-counted).
 
 Counts are not timings: other processes loading the CPU do not change them; durations, hence GB-s, do.
 """
@@ -38,6 +38,7 @@ from bench.azure_prices import (
     TRACE_RECORD_BYTES,
 )
 from bench.fleet_units import PARTITIONS, Run, measure
+from central.telemetry.metrics import HEARTBEATS_PER_LINE
 from sandbox import processes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +108,10 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
 
     s_exec, w_exec = s.executions.get("ingest", 0), w.executions.get("ingest", 0)
     s_logs, w_logs = log_bytes(s.logs, s_exec, levels), log_bytes(w.logs, w_exec, levels)
+    # `se.heartbeat`: each VM named once per 300 s; a line names the VMs of one batch (at most 100):
+    # a record per line, the measured bytes per VM named
     markers = 3600.0 / max(HEARTBEAT_LOG_EVERY, args.interval)
+    per_line = min(float(HEARTBEATS_PER_LINE), s.envelopes / max(1, s_exec))
     marker_on = level_of(levels, "Function.ingest.User") <= 2
     vm_reads = args.fast_minutes * 60.0 / args.fast_interval + 2  # reads while Scheduled; receive, delete
     return {
@@ -121,9 +125,9 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
         "queue_vm": vm_reads * events,
         "blob": steady_rate(s.blob, idle_b) + wave_rate(w.blob, idle_b),
         "log_records": steady_rate(s_logs["records"]) + wave_rate(w_logs["records"])
-        + (markers if marker_on else 0.0),
+        + (markers / per_line if marker_on else 0.0),
         "log_bytes": steady_rate(s_logs["bytes"]) + wave_rate(w_logs["bytes"])
-        + ((TRACE_RECORD_BYTES + run.marker_bytes) * markers if marker_on else 0.0),
+        + ((TRACE_RECORD_BYTES / per_line + run.mention_bytes) * markers if marker_on else 0.0),
     }
 
 

@@ -62,7 +62,7 @@ class Run:
     idle_seconds: float
     idle_table: int
     idle_blob: int
-    marker_bytes: float  # mean message bytes of one `se.heartbeat` line
+    mention_bytes: float  # message bytes per VM named in a `se.heartbeat` line (lines name many VMs)
 
 
 def event_doc(vm: FakeVm, event_id: str, status: str, at: datetime) -> Dict[str, object]:
@@ -232,6 +232,7 @@ def measure(n: int, work: Path, azurite: processes.Server, interval: float, wave
             steady = meter.phase(len(beats), sum(len(b) for b in beats))
             marker = [ln.split(": ", 1)[1] for ln in files.directory.joinpath("functions.log").read_text(
                 errors="replace").splitlines() if ": se.heartbeat " in ln]
+            mentions = sum(m.count(" vmId=") for m in marker)
             wave_vms = vms[: max(1, int(n * wave_share))]
             ids = {vm.vm_id: str(uuid.uuid4()).upper() for vm in wave_vms}
             last: Dict[str, dict] = {}
@@ -253,4 +254,4 @@ def measure(n: int, work: Path, azurite: processes.Server, interval: float, wave
         for proxy in (tables, queues, blobs):
             proxy.stop()
     return Run(n, steady, wave, len(wave_vms), idle.seconds, idle.table, idle.blob,
-               sum(len(m.encode()) for m in marker) / max(1, len(marker)))
+               sum(len(m.encode()) for m in marker) / max(1, mentions))
