@@ -13,7 +13,8 @@ the VMs' own queue reads per event, one approval-result envelope per event (pric
 heartbeat markers per VM-hour (central names each VM once per 300 s, the VMs of a batch
 in one line; the played heartbeats span less time), Capture's files. The heartbeat interval is a
 parameter: units per heartbeat are measured at the fleet's rate for the sizes played; the largest
-played size stands in for larger fleets (its batches are smaller than theirs would be, so executions per envelope are over-, not under-counted).
+played size stands in for larger fleets (its batches are smaller than theirs would be, so executions
+per envelope are over-, not under-counted).
 
 Counts are not timings: other processes loading the CPU do not change them; durations, hence GB-s, do.
 """
