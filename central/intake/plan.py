@@ -237,8 +237,8 @@ class Planner:
             vm.forwarder_version = str(
                 (env.data.get("forwarder") or {}).get("version", vm.forwarder_version)
             )[:64]
-        # One `se.heartbeat` line per VM per HEARTBEAT_LOG_EVERY: the Azure Monitor "heartbeats missing"
-        # alert (infra/app/alerts.bicep) reads it; throttled so a fleet does not flood the logs.
+        # Each VM in a `se.heartbeat` line at most once per HEARTBEAT_LOG_EVERY (ingest joins a segment's
+        # into few lines): the Azure Monitor "heartbeats missing" alert (infra/app/alerts.bicep) reads it.
         if vm.heartbeat_logged is None or (now - vm.heartbeat_logged).total_seconds() >= HEARTBEAT_LOG_EVERY:
             vm.heartbeat_logged = now
             plan.markers.append(

@@ -25,6 +25,7 @@ from central.model.alert import Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.store.fleet_state import FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
+from central.telemetry import metrics
 
 from .results import BatchResult
 
@@ -201,8 +202,12 @@ class Ingest:
                 self.raised.popitem(last=False)
         for table, entity in plan.log_rows:
             self.logs.stage(table, entity)
+        beats = [args for _, fmt, args in plan.markers if fmt == metrics.HEARTBEAT_MARKER]
         for level, fmt, args in plan.markers:
-            log.log(level, fmt, *args)
+            if fmt != metrics.HEARTBEAT_MARKER:
+                log.log(level, fmt, *args)
+        for line in metrics.heartbeat_lines(beats):  # many VMs per line (one billed record)
+            log.info("%s", line)
         for record in plan.metrics:  # recorded once the commit made them true (a replan never counts twice)
             record()
         for name, n in plan.counts.items():

@@ -59,13 +59,14 @@ AppRequests
 | project TimeGenerated, OperationName, ResultCode
 '''
 
-// Forwarders that sent a heartbeat in the last day but none in the last N minutes. A VM deleted on
+// Forwarders that sent a heartbeat in the last day but none in the last N minutes (one marker line
+// names up to 100 VMs: each vmId in it is a row). A VM deleted on
 // purpose stops alerting after a day; a VM that never sent one is not known here (see docs).
 var heartbeatsMissingQuery = '''
 AppTraces
 | where TimeGenerated > ago(1d)
 | where Message has '{marker}'
-| extend vmId = extract(@'vmId=([0-9A-Za-z-]+)', 1, Message)
+| mv-expand vmId = extract_all(@'vmId=([0-9A-Za-z-]+)', Message) to typeof(string)
 | where isnotempty(vmId)
 | summarize lastSeen = max(TimeGenerated) by vmId
 | where lastSeen < ago({minutes}m)

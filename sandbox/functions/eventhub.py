@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from datetime import datetime
 from typing import Any, Dict, List, Optional
 
@@ -133,6 +134,9 @@ class EventHubTrigger:
             self.connection, self.hub, self.consumer_group, checkpoint_store(settings)
         )
         self.batches_since_checkpoint: Dict[str, int] = {}
+        # minEventBatchSize > 1: events held per partition until there are enough or maxWaitTime passed
+        self.pending: Dict[str, List[EventData]] = {}
+        self.pending_since: Dict[str, float] = {}
         self.thread: Optional[threading.Thread] = None
 
     def describe(self) -> str:
@@ -171,6 +175,8 @@ class EventHubTrigger:
                 max_batch_size=self.options.max_event_batch_size,
                 prefetch=self.options.prefetch_count,
                 starting_position=self._starting_position(),
+                # woken at least every maxWaitTime, so a partial batch held for minEventBatchSize goes out
+                max_wait_time=self.options.max_wait_time if self.options.min_event_batch_size > 1 else None,
             )
         except Exception:
             if not self.stop.is_set():
@@ -187,6 +193,29 @@ class EventHubTrigger:
         )
 
     def _on_batch(self, context: Any, events: List[EventData]) -> None:
+        """The host's batching: with minEventBatchSize > 1 a partition's events wait until there are
+        that many or the first has waited maxWaitTime; then they go in batches of maxEventBatchSize."""
+        if self.stop.is_set():
+            return
+        if self.options.min_event_batch_size <= 1:
+            if events:
+                self._dispatch(context, events)
+            return
+        pid = context.partition_id
+        held = self.pending.setdefault(pid, [])
+        if events and not held:
+            self.pending_since[pid] = time.monotonic()
+        held.extend(events)
+        waited = time.monotonic() - self.pending_since.get(pid, time.monotonic())
+        if not held or (len(held) < self.options.min_event_batch_size
+                        and waited < self.options.max_wait_time):
+            return
+        self.pending[pid] = []
+        size = self.options.max_event_batch_size
+        for i in range(0, len(held), size):
+            self._dispatch(context, held[i:i + size])
+
+    def _dispatch(self, context: Any, events: List[EventData]) -> None:
         if not events or self.stop.is_set():
             return
         batch = function_events(events, self.many)

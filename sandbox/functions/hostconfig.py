@@ -27,6 +27,7 @@ class EventHubOptions:
     """`extensions.eventHubs` (Event Hubs extension 5.x names and defaults)."""
 
     max_event_batch_size: int = 100
+    min_event_batch_size: int = 1  # > 1: wait (at most max_wait_time) for this many before invoking
     max_wait_time: float = 60.0
     prefetch_count: int = 300
     batch_checkpoint_frequency: int = 1
@@ -104,6 +105,7 @@ class HostConfig:
         defaults = EventHubOptions()
         options = EventHubOptions(
             max_event_batch_size=int(hubs.get("maxEventBatchSize", defaults.max_event_batch_size)),
+            min_event_batch_size=int(hubs.get("minEventBatchSize", defaults.min_event_batch_size)),
             max_wait_time=float(timespan_seconds(hubs.get("maxWaitTime"), defaults.max_wait_time) or 0),
             prefetch_count=int(hubs.get("prefetchCount", defaults.prefetch_count)),
             batch_checkpoint_frequency=int(

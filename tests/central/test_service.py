@@ -456,6 +456,26 @@ def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
     assert len(env.messages(b.vm_id)) == 1
 
 
+def test_heartbeat_markers_of_a_batch_share_lines_the_alert_query_expands(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One `se.heartbeat` line names up to 100 VMs (one billed record, docs/sizing.md); the alert's
+    extract_all finds every VM of the batch in it, and none twice."""
+    import re
+
+    bicep = (Path(__file__).resolve().parents[2] / "infra" / "app" / "alerts.bicep").read_text()
+    pattern = re.search(r"extract_all\(@'(vmId=[^']+)'", bicep).group(1)
+    svc = env.service()
+    vms = [Vm(f"vm-{i}") for i in range(130)]
+    with caplog.at_level(logging.INFO, logger="central.ingest"):
+        svc.handle_batch([body(vm.heartbeat(at=T0)) for vm in vms[:65]], now=T0)
+        svc.handle_batch([body(vm.heartbeat(at=T0)) for vm in vms[65:]], now=T0)
+    beats = [r.getMessage() for r in caplog.records if r.getMessage().startswith("se.heartbeat ")]
+    named = [vm_id for line in beats for vm_id in re.findall(pattern, line)]
+    assert sorted(named) == sorted(vm.vm_id for vm in vms)
+    assert len(beats) < len(vms) // 10, len(beats)  # per batch segment, not per VM
+
+
 def test_monitoring_log_markers_match_the_infra_alert_queries(
     env: Env, hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def test_host_json_event_hubs_options_and_defaults(tmp_path: Path) -> None:
                         "maxEventBatchSize": 7,
                         "prefetchCount": 14,
                         "batchCheckpointFrequency": 2,
+                        "minEventBatchSize": 5,
+                        "maxWaitTime": "00:00:03",
                         "initialOffsetOptions": {"type": "fromEnd"},
                     },
                     "http": {"routePrefix": ""},
@@ -108,6 +111,7 @@ def test_host_json_event_hubs_options_and_defaults(tmp_path: Path) -> None:
         host.event_hubs.batch_checkpoint_frequency,
         host.event_hubs.initial_offset,
     ) == (7, 14, 2, "fromEnd")
+    assert (host.event_hubs.min_event_batch_size, host.event_hubs.max_wait_time) == (5, 3.0)
     assert host.route_prefix == ""
     assert HostConfig.load(tmp_path / "absent.json").event_hubs.max_event_batch_size == 100
     assert HostConfig.load(tmp_path / "absent.json").route_prefix == "api"
@@ -268,3 +272,28 @@ def test_runner_refuses_to_start_when_a_binding_setting_is_missing(tmp_path: Pat
     )
     assert result.returncode == 2
     assert "EVENTHUB_NAME" in result.stderr and "does not define" in result.stderr
+
+
+def test_min_event_batch_size_holds_a_partitions_events_until_enough_or_max_wait() -> None:
+    """The host's minEventBatchSize / maxWaitTime: events wait for a batch of that many, or until the
+    first has waited maxWaitTime (the receive loop wakes every maxWaitTime with an empty list)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sandbox.functions.eventhub import EventHubTrigger
+    from sandbox.functions.hostconfig import EventHubOptions
+
+    trigger = EventHubTrigger.__new__(EventHubTrigger)
+    trigger.options = EventHubOptions(max_event_batch_size=4, min_event_batch_size=3, max_wait_time=0.2)
+    trigger.stop, trigger.pending, trigger.pending_since = threading.Event(), {}, {}
+    calls: list = []
+    trigger._dispatch = lambda context, events: calls.append((context.partition_id, list(events)))
+    p0, p1 = SimpleNamespace(partition_id="0"), SimpleNamespace(partition_id="1")
+    trigger._on_batch(p0, ["a", "b"])
+    trigger._on_batch(p1, ["x"])
+    assert calls == []  # fewer than 3 and not waited yet
+    trigger._on_batch(p0, ["c", "d", "e", "f", "g"])
+    assert calls == [("0", ["a", "b", "c", "d"]), ("0", ["e", "f", "g"])]  # batches of at most 4
+    time.sleep(0.25)
+    trigger._on_batch(p1, [])  # the loop's wake-up: partition 1's event waited past maxWaitTime
+    assert calls[-1] == ("1", ["x"])

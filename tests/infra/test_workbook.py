@@ -124,7 +124,7 @@ def test_every_extracted_field_is_in_the_marker_central_writes() -> None:
 
 def test_heartbeat_patterns_are_the_alert_rules_patterns() -> None:
     alerts = (REPO / "infra" / "app" / "alerts.bicep").read_text()
-    alert_patterns = set(re.findall(r"extract\(@'((?:vmId|dropped)=[^']+)'", alerts))
+    alert_patterns = set(re.findall(r"extract(?:_all)?\(@'((?:vmId|dropped)=[^']+)'", alerts))
     ours = {f"{m.group(1)}={m.group(2)}" for marker in ("se.heartbeat", "se.outbox_dropped")
             for m in _extracts_by_marker()[marker] if m.group(1) in ("vmId", "dropped")}
     assert ours and ours <= alert_patterns

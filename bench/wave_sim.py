@@ -1,0 +1,302 @@
+"""A maintenance wave on a large fleet, simulated in virtual time through central's own code.
+
+    python -m bench.wave_sim [--vms 100000] [--events 10000] [--minutes 10] [--budget 10]
+
+Four CentralService instances (the real central.runtime / central.store code: ingest, decide, act, the
+Tables client), each owning one of 4 Event Hubs partitions, against Azurite for the semantics (ETags,
+conditional writes, `$batch`, approval queues) and bench.table_model for Azure's pace: every Storage
+request is charged a modelled latency (and throttling) on the calling instance's virtual clock.
+A call's virtual duration = its modelled Storage time + the CPU time it used (thread CPU: other
+processes on the machine do not lengthen it). Batches form as host.json says (up to maxEventBatchSize,
+waiting at most maxWaitTime for minEventBatchSize); the minute timer runs on instance 0.
+
+The fleet: `--vms` VMs in scale sets of 500; `--events` of them get a Reboot over `--minutes`
+(uniform first reports); a budget per scale set (`maxImpacted`). Each VM acts as the forwarder would:
+reads its approval within 2 s, posts it, reports the result (+0.7 s publish), Started 5 s later and
+the event gone 180 s after that. Not played: heartbeats (they never touch the head row;
+bench.fleet_cost prices them), so the 90 % of the fleet without an event sends nothing here.
+
+Measured: first report -> first decision (any verdict) and -> approval, p50 / p99; approvals per
+event (goal: never 2); the most VMs of a scale set approved-and-not-ended at once against the budget;
+commits that lost a race; Storage requests and throttled ones; real seconds taken.
+`--validate` runs the same at 1,000 VMs twice: charging the model, and charging Azurite's own measured
+latencies, and prints both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+from bench import Figure, record
+from bench.central_throughput import FakeVm
+from bench.fleet_units import wave_incarnation
+from bench.table_model import Model, ModelTransport
+from sandbox import processes
+
+REPEATS_INSIDE = True  # `python -m bench` runs it once (bounded ~5 min): seeded, in virtual time
+INSTANCES = PARTITIONS = 4
+SCALE_SET_SIZE = 500
+TIMER_EVERY = 60.0
+APPROVALS = ("approve", "approve-after-hook", "approve-in-window")
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
+HOST = json.loads(HOST_JSON.read_text())["extensions"]["eventHubs"]
+
+
+def _seconds(timespan: str) -> float:
+    h, m, s = timespan.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+BATCH_MAX = int(HOST.get("maxEventBatchSize", 100))
+BATCH_MIN = int(HOST.get("minEventBatchSize", 1))
+MAX_WAIT = _seconds(HOST.get("maxWaitTime", "00:00:00")) if BATCH_MIN > 1 else 0.0
+
+
+class SimVm(FakeVm):
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.scale_set = f"ss{index // SCALE_SET_SIZE}"
+        self.partition = zlib.crc32(self.vm_id.encode()) % PARTITIONS
+
+    def identity(self) -> Dict[str, Any]:
+        return {**super().identity(), "vmScaleSetName": self.scale_set}
+
+    def result(self, event_id: str, message_id: str, at: datetime) -> bytes:
+        data = {"vm": self.identity(), "eventId": event_id, "messageId": message_id, "outcome": "approved",
+                "reason": "sim", "decidedBy": "policy", "hook": None, "at": at.isoformat()}
+        return self._wrap("approvalresult", f"{self.vm_id}:result:{event_id}:{message_id}", data, at)
+
+
+@dataclass
+class Outcome:
+    first_report: Dict[str, float] = field(default_factory=dict)
+    first_decision: Dict[str, float] = field(default_factory=dict)
+    approved: Dict[str, List[float]] = field(default_factory=dict)
+    ended: Dict[str, float] = field(default_factory=dict)
+    scale_set: Dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+    cut_at: float = -1.0  # virtual time the real-time bound stopped the run at (-1: it finished)
+
+
+def build(settings: Dict[str, str], model: Model) -> Tuple[Any, ModelTransport]:
+    from central.runtime.approval_queue import ApprovalSender
+    from central.runtime.service import CentralService
+    from central.runtime.settings import CentralSettings, storage_clients
+    from central.runtime.webhook import WebhookAlerter
+    from central.store.tables import TableLog
+
+    typed = CentralSettings.from_mapping(settings)
+    transport = ModelTransport(model)
+    tables, queues = storage_clients(settings, transport=transport)
+    alerter = WebhookAlerter(url="", fmt="generic", max_attempts=1, backoff=0.0, timeout=1.0)
+    return CentralService(typed, TableLog(tables, typed.table_prefix), ApprovalSender(queues), alerter,
+                          transport), transport
+
+
+def simulate(args: argparse.Namespace, azurite: processes.Server, model: Model, tag: str) -> Dict[str, float]:
+    policy = {"version": 1, "budgets": {"scaleSet": {"groupBy": "scaleSet", "maxImpacted": args.budget}},
+              "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
+    settings = {"ApprovalStorage": azurite.extra["connection_string"], "TABLE_PREFIX": f"wave{tag}",
+                "POLICY_JSON": json.dumps(policy), "ALERT_WEBHOOK_URL": ""}
+    services = [build(settings, model) for _ in range(INSTANCES)]
+    rng = random.Random(24)
+    vms = [SimVm(i) for i in range(args.vms)]
+    out = Outcome()
+    arrivals: List[List[Tuple[float, int, bytes, str]]] = [[] for _ in range(PARTITIONS)]  # heaps
+    seq = [0]
+    last: Dict[str, dict] = {}
+    owner: Dict[str, SimVm] = {}
+
+    def arrive(vm: SimVm, at: float, body: bytes, kind: str = "") -> None:
+        seq[0] += 1
+        heapq.heappush(arrivals[vm.partition], (at, seq[0], body, kind))
+
+    span = args.minutes * 60.0
+    for vm in rng.sample(vms, args.events):
+        at = rng.uniform(0.0, span)
+        event_id = f"E-{vm.vm_id[:8]}".upper()
+        owner[event_id], out.scale_set[event_id], out.first_report[event_id] = vm, vm.scale_set, at
+        arrive(vm, at, wave_incarnation(vm, event_id, "Scheduled", T0 + timedelta(seconds=at), last))
+    free = [0.0] * INSTANCES
+    clock: List[Tuple[float, int, str, int]] = [(0.0, i, "wake", i) for i in range(INSTANCES)]
+    clock.append((TIMER_EVERY, 99, "timer", 0))
+    heapq.heapify(clock)
+    horizon = span + args.drain_minutes * 60.0
+
+    def call(i: int, t: float, fn: Any) -> float:
+        svc, transport = services[i]
+        transport.now, transport.io = t, 0.0
+        cpu, real, requests = time.thread_time(), time.monotonic(), transport.requests
+        decisions = fn(svc)
+        if args.verbose:
+            print(f"  call {out.calls} instance {i} at {t:.1f}: {time.monotonic() - real:.2f} s real, "
+                  f"{transport.requests - requests} requests, {len(decisions)} decisions", flush=True)
+        duration = time.thread_time() - cpu + transport.io
+        free[i] = t + duration
+        out.calls += 1
+        for d in decisions:
+            if args.verbose:
+                print(f"    {d.event_id} {d.action} state={d.state} msg={d.message_id} by={d.decided_by} "
+                      f"reason={d.reason[:90]}", flush=True)
+            out.first_decision.setdefault(d.event_id, free[i])
+            if d.action in APPROVALS and d.message_id:  # an approval sent (not one waiting for budget)
+                out.approved.setdefault(d.event_id, []).append(free[i])
+                vm = owner[d.event_id]
+                read = free[i] + rng.uniform(0.0, 2.0)  # the VM's fast queue reads, every 2 s
+                result = vm.result(d.event_id, d.message_id or "", T0 + timedelta(seconds=read))
+                arrive(vm, read + 0.7, result)
+                started = read + 5.0
+                at = T0 + timedelta(seconds=started)
+                arrive(vm, started, wave_incarnation(vm, d.event_id, "Started", at, last))
+                gone = started + 180.0
+                arrive(vm, gone, wave_incarnation(vm, d.event_id, "", T0 + timedelta(seconds=gone), last),
+                       kind=d.event_id)
+        return duration
+
+    deadline = time.monotonic() + args.max_real_seconds
+    while clock:
+        t, _, kind, i = heapq.heappop(clock)
+        if t > horizon or len(out.ended) == args.events:
+            break
+        if time.monotonic() > deadline:  # bounded: report what was simulated, and say so
+            out.cut_at = t
+            break
+        if t < free[i]:
+            heapq.heappush(clock, (free[i], i, kind, i))
+            continue
+        if kind == "timer":
+            call(i, t, lambda s, now=T0 + timedelta(seconds=t): s.reevaluate(now=now))
+            heapq.heappush(clock, (t + TIMER_EVERY, 99, "timer", 0))
+            continue
+        queue = arrivals[i]
+        ready = [a for a in queue if a[0] <= t]
+        if not ready:
+            if queue:
+                heapq.heappush(clock, (queue[0][0], i, "wake", i))
+            else:
+                heapq.heappush(clock, (t + 1.0, i, "wake", i))  # results may still come
+            continue
+        ready.sort()
+        if len(ready) < BATCH_MIN and ready[0][0] + MAX_WAIT > t:  # (the same sum as the wake's)
+            heapq.heappush(clock, (ready[0][0] + MAX_WAIT, i, "wake", i))
+            continue
+        batch = [heapq.heappop(queue) for _ in range(min(BATCH_MAX, len(ready)))]
+        stamps = [T0 + timedelta(seconds=a[0]) for a in batch]
+        bodies, now = [a[2] for a in batch], T0 + timedelta(seconds=t)
+        call(i, t, lambda s, b=bodies, n=now, e=stamps: s.handle_batch(b, now=n, enqueued_times=e).decisions)
+        for a in batch:
+            if a[3]:
+                out.ended[a[3]] = free[i]
+        heapq.heappush(clock, (free[i], i, "wake", i))
+    return summarize(out, args, services, model)
+
+
+def _pct(values: List[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def summarize(out: Outcome, args: argparse.Namespace, services: List[Any], model: Model) -> Dict[str, float]:
+    first = [out.first_decision[e] - out.first_report[e] for e in out.first_decision if e in out.first_report]
+    approval = [v[0] - out.first_report[e] for e, v in out.approved.items()]
+    peak: Dict[str, int] = {}
+    edges: Dict[str, List[Tuple[float, int]]] = {}
+    for e, times in out.approved.items():
+        edges.setdefault(out.scale_set[e], []).append((times[0], 1))
+        edges[out.scale_set[e]].append((out.ended.get(e, float("inf")), -1))
+    for group, points in edges.items():
+        level = 0
+        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+            level += step
+            peak[group] = max(peak.get(group, 0), level)
+    return {
+        "events": args.events, "decided": len(out.first_decision), "approved": len(out.approved),
+        "ended": len(out.ended), "calls": out.calls, "cut_at": out.cut_at,
+        "decision_p50": _pct(first, 0.5), "decision_p99": _pct(first, 0.99),
+        "approval_p50": _pct(approval, 0.5), "approval_p99": _pct(approval, 0.99),
+        "approved_twice": sum(1 for v in out.approved.values() if len(v) > 1),
+        "budget_peak": max(peak.values() or [0]),
+        "lost_races": sum(s.counters["conflicts"] for s, _ in services),
+        "requests": sum(t.requests for _, t in services), "throttled": model.throttled,
+        "latency_p50_ms": 1000 * _pct(model.samples, 0.5),
+        "latency_p99_ms": 1000 * _pct(model.samples, 0.99),
+        "azurite_p50_ms": 1000 * _pct(model.measured, 0.5),
+        "azurite_p99_ms": 1000 * _pct(model.measured, 0.99),
+    }
+
+
+def report(label: str, r: Dict[str, float], real_s: float, budget: int) -> List[Figure]:
+    if r["cut_at"] >= 0:
+        print(f"{label}: STOPPED by --max-real-seconds at virtual {r['cut_at']:.0f} s")
+    print(f"{label}: {int(r['events'])} events, {int(r['decided'])} decided, {int(r['approved'])} approved, "
+          f"{int(r['ended'])} ended in {int(r['calls'])} calls; first report -> decision p50 "
+          f"{r['decision_p50']:.2f} s, p99 {r['decision_p99']:.2f} s; -> approval p50 "
+          f"{r['approval_p50']:.1f} s, "
+          f"p99 {r['approval_p99']:.1f} s; approved twice {int(r['approved_twice'])}; most of a scale set "
+          f"impacted at once {int(r['budget_peak'])} (budget {budget}); lost races {int(r['lost_races'])}; "
+          f"Storage requests {int(r['requests'])}, throttled {int(r['throttled'])}; charged latency p50/p99 "
+          f"{r['latency_p50_ms']:.1f}/{r['latency_p99_ms']:.1f} ms (Azurite's own "
+          f"{r['azurite_p50_ms']:.1f}/{r['azurite_p99_ms']:.1f} ms); {real_s:.0f} s real")
+    return [
+        Figure("wave_sim", f"{label}: first report -> decision p99", round(r["decision_p99"], 2), "s", "<= 5",
+               r["decision_p99"] <= 5),
+        Figure("wave_sim", f"{label}: first report -> decision p50", round(r["decision_p50"], 2), "s"),
+        Figure("wave_sim", f"{label}: events approved twice", int(r["approved_twice"]), "events", "<= 0",
+               r["approved_twice"] <= 0),
+        Figure("wave_sim", f"{label}: most VMs of a scale set impacted at once (budget {budget})",
+               int(r["budget_peak"]), "VMs", f"<= {budget}", r["budget_peak"] <= budget),
+        Figure("wave_sim", f"{label}: commits that lost a race", int(r["lost_races"]), "commits"),
+        Figure("wave_sim", f"{label}: Storage requests per event", round(r["requests"] / r["events"], 1),
+               "requests"),
+        Figure("wave_sim", f"{label}: throttled Storage requests", int(r["throttled"]), "requests"),
+        Figure("wave_sim", f"{label}: real seconds", round(real_s, 1), "s"),
+    ]
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.wave_sim", description=__doc__.split("\n")[0])
+    parser.add_argument("--vms", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--budget", type=int, default=10, help="maxImpacted per scale set of 500 VMs")
+    parser.add_argument("--drain-minutes", type=float, default=30.0,
+                        help="virtual time after the last report")
+    parser.add_argument("--verbose", action="store_true", help="a line per call")
+    parser.add_argument("--max-real-seconds", type=float, default=100.0,
+                        help="stop a run after this long (the figures then cover the virtual time reached)")
+    parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True,
+                        help="also 1,000 VMs / 100 events twice: the model's latencies vs Azurite's own")
+    args = parser.parse_args(argv)
+    figures: List[Figure] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        azurite = processes.start_azurite(log_dir=Path(tmp))
+        try:
+            runs = [(f"{args.vms} VMs, {args.events} events", args, Model(), "a")]
+            if args.validate:
+                small = argparse.Namespace(**{**vars(args), "vms": 1000, "events": 100})
+                runs += [("1000 VMs, 100 events, Azure model", small, Model(), "b"),
+                         ("1000 VMs, 100 events, Azurite latencies", small, Model(use_measured=True), "c")]
+            for label, run_args, model, tag in runs:
+                started = time.monotonic()
+                result = simulate(run_args, azurite, model, tag)
+                figures += report(label, result, time.monotonic() - started, run_args.budget)
+        finally:
+            azurite.stop()
+    record(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
