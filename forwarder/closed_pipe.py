@@ -1,5 +1,7 @@
 """A reader that stops early (`se-forwarder check --json | head`) closes the pipe: se-forwarder then stops
-quietly with exit 141 (128 + SIGPIPE, as a shell reports `yes | head`), never with a traceback."""
+quietly with exit 141 (128 + SIGPIPE, as a shell reports `yes | head`), never with a traceback.
+central/cli/closed_pipe.py does the same for the operators' tools: the forwarder and central never import
+each other (they ship as separate distributions), so the few lines are kept once on each side."""
 
 from __future__ import annotations
 
