@@ -89,6 +89,8 @@ def _signed(body: bytes) -> EventData:
     data = EventData(body)
     data.properties = dict(SIGNER.as_claimed([body])[0] or {})
     return data
+
+
 def partition_of(body: bytes) -> int:
     """The partition `publish` sends an envelope to (its VM's, as the forwarder's partition key does)."""
     return zlib.crc32(json.loads(body)["partitionkey"].encode()) % PARTITIONS
@@ -121,25 +123,28 @@ def warm_up(conn: str, logs: List[Path], timeout: float) -> int:
     return sum(1 for log in logs if ingested(log))
 
 
-def publish(conn: str, bodies: List[bytes]) -> None:
-    """Many forwarders' sends arriving at the hub, each signed by its VM: grouped per partition (as the
-    hub stores them)."""
+def send_signed(producer: EventHubProducerClient, bodies: List[bytes]) -> None:
+    """Many forwarders' sends arriving at the hub, each signed by its VM, grouped per partition (as the hub
+    stores them)."""
     per_partition: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
     for body in bodies:
         per_partition[partition_of(body)].append(body)
-    producer = EventHubProducerClient.from_connection_string(conn)
-    with producer:
-        for pid, items in per_partition.items():
-            batch = producer.create_batch(partition_id=str(pid))
-            for body in items:
-                try:
-                    batch.add(_signed(body))
-                except ValueError:  # full: send it, start the next
-                    producer.send_batch(batch)
-                    batch = producer.create_batch(partition_id=str(pid))
-                    batch.add(_signed(body))
-            if len(batch):
+    for pid, items in per_partition.items():
+        batch = producer.create_batch(partition_id=str(pid))
+        for body in items:
+            try:
+                batch.add(_signed(body))
+            except ValueError:  # full: send it, start the next
                 producer.send_batch(batch)
+                batch = producer.create_batch(partition_id=str(pid))
+                batch.add(_signed(body))
+        if len(batch):
+            producer.send_batch(batch)
+
+
+def publish(conn: str, bodies: List[bytes]) -> None:
+    with EventHubProducerClient.from_connection_string(conn) as producer:
+        send_signed(producer, bodies)
 
 
 def run_size(
@@ -148,7 +153,8 @@ def run_size(
     from bench.approval_loop import CountingProxy
 
     tag = f"{n}x{instances}"
-    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}"], log_dir=work / f"eh{tag}")
+    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"],
+                                   log_dir=work / f"eh{tag}")
     storage = azurite.extra["connection_string"]
     ports = azurite.ports
     tables, queues = CountingProxy(ports["table"]).start(), CountingProxy(ports["queue"]).start()
@@ -161,8 +167,7 @@ def run_size(
                 {
                     "AzureWebJobsStorage": storage,
                     "ApprovalStorage": counted,
-                    "EventHubConnection": processes.eventhubs_connection_string(hub.port, HUB),
-                    "EVENTHUB_NAME": HUB,
+                    **processes.central_hub_settings(hub.port, HUB),  # the forwarders' and the platform hub
                     "EVENTHUB_CONSUMER_GROUP": "central",
                     "TABLE_PREFIX": f"fleet{n}x{instances}",
                     "POLICY_JSON": "",

@@ -13,20 +13,19 @@ and level. Counts do not depend on CPU load; durations (GB-s) do.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from azure.eventhub import EventData, EventHubProducerClient
+from azure.eventhub import EventHubProducerClient
 
 from bench.central_throughput import FakeVm
+from bench.fleet_scale import SIGNER, send_signed
 from sandbox import processes
 from tests.functions.conftest import RunnerFiles, start_runner
 
@@ -98,7 +97,7 @@ def wave_incarnation(vm: FakeVm, event_id: str, status: str, at: datetime, last:
 
 class Pacer:
     """Publishes bodies at a given rate, grouped per partition (partition = crc32(vmId) % 4, as the hub
-    hashes keys), one producer for the whole run."""
+    hashes keys), one producer for the whole run; each body signed by its VM."""
 
     def __init__(self, conn: str) -> None:
         self.producer = EventHubProducerClient.from_connection_string(conn)
@@ -107,21 +106,8 @@ class Pacer:
         self.producer.close()
 
     def send(self, bodies: List[bytes]) -> None:
-        per: Dict[int, List[bytes]] = {}
-        for body in bodies:
-            key = json.loads(body)["partitionkey"]
-            per.setdefault(zlib.crc32(key.encode()) % PARTITIONS, []).append(body)
-        for pid, items in per.items():
-            batch = self.producer.create_batch(partition_id=str(pid))
-            for body in items:
-                try:
-                    batch.add(EventData(body))
-                except ValueError:
-                    self.producer.send_batch(batch)
-                    batch = self.producer.create_batch(partition_id=str(pid))
-                    batch.add(EventData(body))
-            if len(batch):
-                self.producer.send_batch(batch)
+        """Signed by each body's VM and grouped per partition, as forwarders publish."""
+        send_signed(self.producer, bodies)
 
     def paced(self, bodies: List[bytes], seconds: float, tick: float = 0.25) -> None:
         """`bodies` spread evenly over `seconds` (bounded: one send per tick)."""
@@ -197,7 +183,8 @@ def measure(n: int, work: Path, azurite: processes.Server, interval: float, wave
     from bench.approval_loop import CountingProxy
 
     ports = azurite.ports
-    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}"], log_dir=work / f"eh{n}")
+    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"],
+                                   log_dir=work / f"eh{n}")
     tables, queues = CountingProxy(ports["table"]).start(), CountingProxy(ports["queue"]).start()
     blobs = CountingProxy(ports["blob"]).start()
     runner = None
@@ -207,8 +194,9 @@ def measure(n: int, work: Path, azurite: processes.Server, interval: float, wave
             "AzureWebJobsStorage":
                 processes.azurite_connection_string(blobs.port, ports["queue"], ports["table"]),
             "ApprovalStorage": processes.azurite_connection_string(ports["blob"], queues.port, tables.port),
-            "EventHubConnection": processes.eventhubs_connection_string(hub.port, HUB),
-            "EVENTHUB_NAME": HUB, "EVENTHUB_CONSUMER_GROUP": "central", "TABLE_PREFIX": f"cost{n}",
+            **processes.central_hub_settings(hub.port, HUB),
+            "EVENTHUB_CONSUMER_GROUP": "central", "TABLE_PREFIX": f"cost{n}",
+            "AUTHN_TRUST_PEM": SIGNER.trust_pem,  # central in its default AUTHN_MODE=required: VMs sign
             "POLICY_JSON": "", "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic",
             "REEVALUATE_SCHEDULE": "0 */1 * * * *",  # infra's default (main.bicep reevaluateSchedule)
         })

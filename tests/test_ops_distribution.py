@@ -39,8 +39,10 @@ def test_ops_wheel_ships_every_package_its_scripts_need(tmp_path: Path) -> None:
     scratch = tmp_path / "venv"
     venv.create(scratch, with_pip=False)
     scratch_python = scratch / "bin" / "python"
-    purelib = _run([str(scratch_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                   tmp_path, env).stdout.strip()
+    probe = _run([str(scratch_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                 tmp_path, env)
+    purelib = probe.stdout.strip()
+    assert probe.returncode == 0 and Path(purelib).is_absolute(), probe.stderr
     # .venv's libraries (jsonschema, azure-data-tables...) as a plain path: its .pth files stay unread
     Path(purelib, "dev-libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     installed = _run([sys.executable, "-m", "pip", "--python", str(scratch_python), "install", "--quiet",

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence, TextIO
 
+from central.cli.closed_pipe import survives_closed_pipe
 from central.intake import aia, attested, trust_store
 from central.intake.chain import name_of
 
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     return EXIT_OK
 
 
+@survives_closed_pipe
 def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None,
          stdin: Optional[TextIO] = None) -> int:
     out = out or sys.stdout

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 from datetime import datetime
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Container, Dict, List, Optional, Tuple
 
 from central.intake import alerts as ingest_alerts
 from central.intake import authz
@@ -39,7 +39,7 @@ TRANSITIONS_KEPT = 10
 
 
 def plan_platform(state: FleetState, items: List[Tuple[Parsed, datetime]], now: datetime,
-                  raised: Optional[Set[str]] = None) -> Plan:
+                  raised: Optional[Container[str]] = None) -> Plan:
     """The changes these platform events make (nothing is written here)."""
     plan = Plan()
     for parsed, received in items:
@@ -50,7 +50,7 @@ def plan_platform(state: FleetState, items: List[Tuple[Parsed, datetime]], now: 
             plan.changes.alerts.append(_quarantined(parsed, now))
             continue
         _apply(plan, state, parsed, received, now)
-    seen = raised or set()
+    seen: Container[str] = raised if raised is not None else ()
     fresh: Dict[str, Alert] = {}
     for alert in plan.changes.alerts:
         if alert.key not in seen:

@@ -138,26 +138,43 @@ class Ingest:
         return row + (2 * (events + listed) + 1 if events + listed else 0)
 
     def _commit_segment(self, segment: List[Item], now: datetime, result: BatchResult) -> Set[str]:
-        for _ in range(MAX_TRIES):
+        def plan_once() -> Plan:
             self._prepare(segment)
-            plan = self.planner.plan(segment, now)
+            return self.planner.plan(segment, now)
+
+        try:
+            return self.commit_planned(plan_once, now, result, "ingest")
+        except Rejected as exc:
+            if len(segment) > 1:  # find the envelope the store refuses: one at a time
+                touched: Set[str] = set()
+                for item in segment:
+                    touched |= self._commit_segment([item], now, result)
+                return touched
+            return self._set_aside(segment[0], str(exc), now, result)
+
+    def remember_raised(self, key: str) -> None:
+        """An alert key this instance has raised (a cache of recent keys: the store keeps the truth)."""
+        self.raised[key] = None
+        while len(self.raised) > RAISED_LIMIT:
+            self.raised.popitem(last=False)
+
+    def commit_planned(self, plan_once: Callable[[], Plan], now: datetime, result: BatchResult,
+                       what: str) -> Set[str]:
+        """Plan on the cached rows and commit the plan; a commit that lost a race has re-read the rows, so
+        plan again on them. Every input kind (envelopes, the platform's events) commits through here, so
+        the after-commit steps (owed alerts, log rows, markers, metrics) are one. Rejected propagates."""
+        for _ in range(MAX_TRIES):
+            plan = plan_once()
             try:
                 seq = self.state.commit(plan.changes, now)
             except Conflict as exc:
                 result.conflicts += 1
-                log.info("ingest lost a race (%s): planning again on the re-read rows", exc)
+                log.info("%s lost a race (%s): planning again on the re-read rows", what, exc)
                 continue
-            except Rejected as exc:
-                if len(segment) > 1:  # find the envelope the store refuses: one at a time
-                    touched: Set[str] = set()
-                    for item in segment:
-                        touched |= self._commit_segment([item], now, result)
-                    return touched
-                return self._set_aside(segment[0], str(exc), now, result)
-            result.transactions += 1 if not plan.changes.empty() else 0
+            result.transactions += 0 if plan.changes.empty() else 1
             self._after(plan, seq, now, result)
             return plan.touched
-        raise StoreError(f"ingest: still losing races after {MAX_TRIES} re-reads (contention)")
+        raise StoreError(f"{what}: still losing races after {MAX_TRIES} re-reads (contention)")
 
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:
         """The store refuses this envelope's rows: quarantine it (kept whole, alerted) and go on."""
@@ -197,9 +214,7 @@ class Ingest:
         self.owed |= plan.owed
         self.rows_owed += plan.changes.alerts
         for alert in plan.changes.alerts:
-            self.raised[alert.key] = None
-            while len(self.raised) > RAISED_LIMIT:
-                self.raised.popitem(last=False)
+            self.remember_raised(alert.key)
         for table, entity in plan.log_rows:
             self.logs.stage(table, entity)
         beats = [args for _, fmt, args in plan.markers if fmt == metrics.HEARTBEAT_MARKER]

@@ -10,18 +10,18 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime
-from typing import List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import List, Mapping, Sequence, Set, Tuple, Union
 
 from central.intake import platform
+from central.intake.plan import Plan
 from central.intake.platform_plan import plan_platform
 from central.model.alert import ALERT_LEASE, Alert
-from central.model.times import aware, iso
+from central.model.times import iso
 from central.policy import witness
 from central.policy.witness import WitnessRules
 from central.store.fleet_state import EVENTS_PER_COMMIT, FleetState
-from central.store.tables import Conflict, StoreError
 
-from .ingest import MAX_TRIES, Ingest
+from .ingest import Ingest
 from .results import BatchResult
 
 log = logging.getLogger("central.ingest")
@@ -58,32 +58,15 @@ class PlatformIngest:
     def _commit(self, segment: List[Tuple[platform.Parsed, datetime]], now: datetime,
                 result: BatchResult) -> Set[str]:
         ids = [p.event_id for p, _ in segment if isinstance(p, platform.PlatformEvent)]
-        for _ in range(MAX_TRIES):
+
+        def plan_once() -> Plan:
             self.state.ensure_loaded()
             self.state.forget_absent()
             if ids:
                 self.state.prefetch_ended(ids)
-            plan = plan_platform(self.state, segment, now, set(self.ingest.raised))
-            try:
-                seq = self.state.commit(plan.changes, now)
-            except Conflict as exc:
-                result.conflicts += 1
-                log.info("platform ingest lost a race (%s): planning again", exc)
-                continue
-            result.transactions += 0 if plan.changes.empty() else 1
-            self.ingest._after(plan, seq, now, result)  # the same after-commit steps as envelopes
-            return plan.touched
-        raise StoreError(f"platform ingest: still losing races after {MAX_TRIES} re-reads (contention)")
+            return plan_platform(self.state, segment, now, self.ingest.raised)
 
-
-def received_times(count: int, enqueued: Optional[Sequence[Optional[datetime]]],
-                   now: datetime) -> List[datetime]:
-    """Central's clock for each body: the hub's enqueued time, never later than now."""
-    out = []
-    for i in range(count):
-        at = enqueued[i] if enqueued is not None and i < len(enqueued) else None
-        out.append(now if at is None else min(aware(at), now))
-    return out
+        return self.ingest.commit_planned(plan_once, now, result, "platform ingest")
 
 
 def unconfirmed_alerts(state: FleetState, rules: WitnessRules, now: datetime,

@@ -33,7 +33,7 @@ from .approval_queue import ApprovalSender
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
-from .platform_ingest import PlatformIngest, received_times, unconfirmed_alerts
+from .platform_ingest import PlatformIngest, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .webhook import WebhookAlerter
@@ -175,7 +175,7 @@ class CentralService:
         with self._lock:
             now = aware(now)
             result = BatchResult(received=len(bodies))
-            received = received_times(len(bodies), enqueued_times, now)
+            received = [_received(enqueued_times, i, now) for i in range(len(bodies))]
             return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
 
     def decide(self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
@@ -195,7 +195,7 @@ class CentralService:
                 self.state.refresh()
                 self.actor.resend_stale(now, result)
                 for alert in unconfirmed_alerts(self.state, self.config.witness, now, self.ingest.raised):
-                    self.ingest.raised[alert.key] = None
+                    self.ingest.remember_raised(alert.key)
                     self._raise_row(alert, result)
 
             self._run(now, result, lambda: (before(), None)[1], timer=True)
@@ -248,22 +248,23 @@ class CentralService:
             if timer:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:
-            self.counters["storeErrors"] += 1
-            metrics.store_error("commit")
-            result.errors.append(str(exc)[:500])
-            self._count(result)
+            self._store_failed(exc, "commit", result)
             raise
         self._flush(result)
         return result
+
+    def _store_failed(self, exc: StoreError, operation: str, result: BatchResult) -> None:
+        """Count and report a store failure before the call re-raises it (the host retries the batch)."""
+        self.counters["storeErrors"] += 1
+        metrics.store_error(operation)
+        result.errors.append(str(exc)[:500])
+        self._count(result)
 
     def _flush(self, result: BatchResult) -> None:
         try:
             result.transactions += self.store.flush()
         except StoreError as exc:
-            self.counters["storeErrors"] += 1
-            metrics.store_error("flush")
-            result.errors.append(str(exc)[:500])
-            self._count(result)
+            self._store_failed(exc, "flush", result)
             raise
         for problem in self.store.take_rejected():
             self.counters["rowsSetAside"] += 1

@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ROLES = (REPO / "infra" / "app" / "roles.bicep").read_text()
 MAIN = (REPO / "infra" / "main.bicep").read_text()
-BUILTIN = Path("/work/shared/bicep-types/builtin-roles.json")  # the reference copy, where it exists
+BUILTIN = REPO.parent / "shared" / "bicep-types" / "builtin-roles.json"  # beside the checkout, as CI lays it
 # Microsoft's built-in role ids (azure-docs built-in-roles.md), constants in every tenant
 KNOWN = {"blobDataReader": ("2a2b9908-6ea1-4ae2-8e65-a410df84e7d1", "Storage Blob Data Reader"),
          "eventHubsDataReceiver": ("a638d3c7-ab3a-418d-83e6-5f17a39d4fde", "Azure Event Hubs Data Receiver")}
