@@ -233,6 +233,19 @@ param outboxDropLogMarker string = 'se.outbox_dropped'
 @description('Appended to the Key Vault name. Empty normally; set it to take a new vault name instead of recovering a soft-deleted one (docs/deploy.md, "Provision again").')
 param keyVaultNameSuffix string = ''
 
+@description('The platform\'s own Scheduled Events feed (issue 23; docs/deploy.md, "The platform feed"): the subscription\'s Event Grid system topic (Microsoft.ResourceNotifications.MaintenanceResources) delivers to the platform hub. Off by default while Azure calls the feed PREVIEW (not recommended for production workloads); on needs the two feature registrations and, for whoever deploys, Azure Resource Notifications System Topics Subscriber.')
+param platformFeedEnabled bool = false
+
+@description('Platform feed: name of the subscription\'s existing MaintenanceResources system topic (Azure allows one per subscription); only this pipeline\'s event subscription is added to it. Empty: the deployment creates the topic.')
+param platformSystemTopicName string = ''
+
+@maxLength(90)
+@description('Platform feed: resource group of that existing topic; empty: the pipeline\'s.')
+param platformSystemTopicResourceGroup string = ''
+
+@description('Platform feed: comma-separated ARM id prefixes (/subscriptions/<id>[/resourceGroups/<rg>]) of the VMs opted in (install-on-vms.sh --platform-feed): their events the platform has not emitted in time count toward no budget (PLATFORM_CONFIRM_SCOPES). Ignored while the feed is off.')
+param platformConfirmScopes string = ''
+
 @description('Set by the deployment: the webhook secret expires one year after it.')
 param deploymentTime string = utcNow()
 
@@ -462,12 +475,27 @@ module functionApp 'app/function.bicep' = {
     alertBackoffSeconds: alertBackoffSeconds
     alertTimeoutSeconds: alertTimeoutSeconds
     authnMode: authnMode
+    platformConfirmScopes: platformFeedEnabled ? platformConfirmScopes : ''
     authnTrustPem: authnTrustPem
     authnMetadataDomains: authnMetadataDomains
     operatorKeySha256: operatorKeySha256
     operatorApiClientId: operatorApiClientId
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
+  }
+}
+
+// The platform's witness (issue 23), when on: a module, because the system topic is written at resource-group
+// scope (its source is the subscription) and may live in another group when it already exists.
+module platformFeed 'app/platform-feed.bicep' = if (platformFeedEnabled) {
+  name: 'platform-feed'
+  scope: resourceGroup(empty(platformSystemTopicResourceGroup) ? rg.name : platformSystemTopicResourceGroup)
+  params: {
+    existingTopicName: platformSystemTopicName
+    newTopicName: 'evgt-se-maintenance-${resourceToken}'
+    eventSubscriptionName: 'se-platform-${resourceToken}'
+    platformHubId: eventHubs.outputs.platformHubId
+    tags: allTags
   }
 }
 
@@ -531,5 +559,10 @@ output FORWARDER_ARTIFACTS_URL string = artifacts.outputs.containerUrl
 output ARTIFACTS_STORAGE_ACCOUNT_NAME string = artifacts.outputs.accountName
 output VM_IDENTITY_ID string = identities.outputs.vmIdentityId
 output VM_IDENTITY_CLIENT_ID string = identities.outputs.vmIdentityClientId
+// install-on-vms.sh --platform-feed / --agentless: central's identity gets Scheduled Events Contributor on
+// the opted-in VMs, scale sets and availability sets.
+output FUNCTION_PRINCIPAL_ID string = identities.outputs.functionIdentityPrincipalId
+output PLATFORM_FEED_ENABLED bool = platformFeedEnabled
+output PLATFORM_SYSTEM_TOPIC string = platformFeedEnabled ? platformFeed!.outputs.topicId : ''
 output KEY_VAULT_NAME string = keyVault.outputs.vaultName
 output ACTION_GROUP_ID string = alerts.outputs.actionGroupId

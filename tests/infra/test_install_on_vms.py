@@ -115,7 +115,7 @@ class Run:
 def run(tmp_path: Path):
     def _run(args: List[str], vms: Optional[List[Dict[str, Any]]] = None,
              sets: Optional[List[Dict[str, Any]]] = None, azd: bool = True,
-             env: Optional[Dict[str, str]] = None) -> Run:
+             env: Optional[Dict[str, str]] = None, extra: Optional[List[Dict[str, Any]]] = None) -> Run:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
         tools = ("az", "azd") if azd else ("az",)
@@ -124,7 +124,9 @@ def run(tmp_path: Path):
             path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" {tool} "$@"\n')
             path.chmod(0o755)
         world = tmp_path / "world.json"
-        world.write_text(json.dumps(_world(vms or [_vm("web-01")], sets or [], azd)))
+        recorded = _world(vms or [_vm("web-01")], sets or [], azd)
+        recorded["az"] = (extra or []) + recorded["az"]  # the first matching recording answers
+        world.write_text(json.dumps(recorded))
         log = tmp_path / "calls.jsonl"
         if log.exists():
             log.unlink()
@@ -298,7 +300,7 @@ def test_a_failing_target_does_not_stop_the_others(run) -> None:
 @pytest.mark.parametrize("args, message", [
     (["vm:web-01"], "-g NAME"),
     (["-g", "my-vms"], "at least one target"),
-    (["-g", "my-vms", "box:web-01"], "vm:NAME, vmss:NAME or all"),
+    (["-g", "my-vms", "box:web-01"], "vm:NAME, vmss:NAME, avset:NAME or all"),
     (["-g", "my-vms", "--os", "BeOS", "vm:web-01"], "--os is Linux or Windows"),
     (["-g", "my-vms", "-e", "bad'name", "vm:web-01"], "letters, digits and hyphens"),
 ])
