@@ -145,14 +145,14 @@ def check_value(types: List[Dict[str, Any]], node: Dict[str, Any], value: Any, w
                 # Bicep itself accepts any string here; a value the type does not document is still a typo
                 # far more often than a new value, so it is reported (the reference can be updated).
                 if documented and value not in documented:
-                    return [f"{where}: {value!r} is not one of the documented {', '.join(documented)}"]
+                    return [f"{where}: {value!r} is not one of the documented {', '.join(map(repr, documented))}"]
                 return []
             fits = [m for m in members if not check_value(types, m, value, where)]
             return [] if fits else [f"{where}: {_kind(value)} {value!r} fits none of the union's members"]
         if not isinstance(value, str):
             return [f"{where}: expected a string, got {_kind(value)}"]
         if allowed is not None and value not in allowed:
-            return [f"{where}: {value!r} is not one of {', '.join(allowed)}"]
+            return [f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}"]
         return []
     if kind == "IntegerType":
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -209,7 +209,7 @@ def _check_discriminated(types: List[Dict[str, Any]], node: Dict[str, Any], valu
         return _check_object(types, base, None, rest, where, node["name"])
     elements = node["elements"]
     if chosen not in elements:
-        return [f"{where}.{key}: {chosen!r} is not one of {', '.join(sorted(elements))}"]
+        return [f"{where}.{key}: {chosen!r} is not one of {', '.join(map(repr, sorted(elements)))}"]
     element = _target(types, elements[chosen])
     declared = {**base, **element.get("properties", {})}
     return _check_object(types, declared, element.get("additionalProperties"), value, where, element["name"])
