@@ -145,7 +145,8 @@ def check_value(types: List[Dict[str, Any]], node: Dict[str, Any], value: Any, w
                 # Bicep itself accepts any string here; a value the type does not document is still a typo
                 # far more often than a new value, so it is reported (the reference can be updated).
                 if documented and value not in documented:
-                    return [f"{where}: {value!r} is not one of the documented {', '.join(map(repr, documented))}"]
+                    listed = ", ".join(map(repr, documented))
+                    return [f"{where}: {value!r} is not one of the documented {listed}"]
                 return []
             fits = [m for m in members if not check_value(types, m, value, where)]
             return [] if fits else [f"{where}: {_kind(value)} {value!r} fits none of the union's members"]
@@ -197,7 +198,8 @@ def _check_object(types: List[Dict[str, Any]], declared: Dict[str, Any], additio
     return problems
 
 
-def _check_discriminated(types: List[Dict[str, Any]], node: Dict[str, Any], value: Any, where: str) -> List[str]:
+def _check_discriminated(types: List[Dict[str, Any]], node: Dict[str, Any], value: Any,
+                         where: str) -> List[str]:
     if not isinstance(value, dict):
         return [f"{where}: expected an object, got {_kind(value)}"]
     key = node["discriminator"]
@@ -286,7 +288,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     reference = Path(args[1])
     if not (reference / "index.json").is_file():
-        print(f"bicep_types: no index.json in {reference} (the bicep-types reference directory)", file=sys.stderr)
+        print(f"bicep_types: no index.json in {reference} (the bicep-types reference directory)",
+              file=sys.stderr)
         return 3
     findings = check_tree(Path(args[0]), reference)
     for finding in findings:

@@ -45,7 +45,8 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main([str(REPO / "infra"), str(TYPES)]) == 0
     assert main([str(REPO / "infra"), str(tmp_path)]) == 3  # no reference there: one line, not a traceback
     assert "no index.json" in capsys.readouterr().err
-    (tmp_path / "main.bicep").write_text("resource r 'Microsoft.Nope/things@2020-01-01' = {\n  name: 'r'\n}\n")
+    (tmp_path / "main.bicep").write_text("resource r 'Microsoft.Nope/things@2020-01-01' = {\n"
+                                         "  name: 'r'\n}\n")
     assert main([str(tmp_path), str(TYPES)]) == 1
 
 
@@ -55,7 +56,8 @@ def test_a_correct_resource_has_no_finding(tmp_path: Path) -> None:
 
 def test_a_type_or_version_not_in_the_reference(tmp_path: Path) -> None:
     found = _findings(tmp_path, TOPIC.replace("@2025-02-15", "@2025-07-15-preview"))
-    assert found == ["topic: Microsoft.EventGrid/systemTopics@2025-07-15-preview is not in the reference types"]
+    assert found == ["topic: Microsoft.EventGrid/systemTopics@2025-07-15-preview is not in the reference "
+                     "types"]
 
 
 def test_a_resource_group_type_at_subscription_scope(tmp_path: Path) -> None:
@@ -76,7 +78,8 @@ def test_a_read_only_property(tmp_path: Path) -> None:
 
 
 def test_an_undocumented_value_and_a_wrong_kind(tmp_path: Path) -> None:
-    found = _findings(tmp_path, TOPIC.replace("'SystemAssigned'", "'SystemAsigned'").replace("'global'", "true"))
+    broken = TOPIC.replace("'SystemAssigned'", "'SystemAsigned'").replace("'global'", "true")
+    found = _findings(tmp_path, broken)
     assert sorted(found) == sorted([
         "topic.location: expected a string, got bool",
         "topic.identity.type: 'SystemAsigned' is not one of the documented 'None', 'SystemAssigned', "
@@ -108,8 +111,9 @@ resource sub 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025-02-15' = 
 param cond bool
 """
     found = _findings(tmp_path, text)
-    assert found[0].startswith("sub.properties.deliveryWithResourceIdentity.destination.properties.queueName: "
-                               "EventHubEventSubscriptionDestinationProperties has no property 'queueName'")
+    assert found[0].startswith("sub.properties.deliveryWithResourceIdentity.destination.properties."
+                               "queueName: EventHubEventSubscriptionDestinationProperties has no property "
+                               "'queueName'")
     assert found[1].startswith("sub.properties.eventDeliverySchema: 'EventGridSchemaV2' is not one of")
     assert len(found) == 2
     found = _findings(tmp_path, text.replace("'EventHub'", "'EventHubs'"))

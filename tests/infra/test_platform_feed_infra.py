@@ -71,7 +71,8 @@ def test_an_existing_topic_gets_only_the_event_subscription() -> None:
     assert "parent: topic\n" in subscription["@source"]  # the existing-or-created topic, by name
     # Its identity: the new topic's, or the existing one's (read only when it existed).
     sender = node_text(_declaration(FEED, "module_declaration", "sender"))
-    assert "topicPrincipalId: createTopic ? newTopic!.identity.principalId : topic.identity.principalId" in sender
+    assert ("topicPrincipalId: createTopic ? newTopic!.identity.principalId : topic.identity.principalId"
+            in sender)
 
 
 def test_the_event_subscription_delivers_to_the_platform_hub_with_the_topics_identity() -> None:
@@ -154,7 +155,8 @@ def test_no_bicep_grants_scheduled_events_contributor() -> None:
 def test_literal_reading_of_expressions() -> None:
     # The helper this file leans on: expressions stay expressions, ternaries keep both branches.
     tree = parse(FEED)
-    node = next(n for n in tree.root_node.children if n.type == "resource_declaration" and name_of(n) == "newTopic")
+    node = next(n for n in tree.root_node.children
+                if n.type == "resource_declaration" and name_of(n) == "newTopic")
     value = literal(body_object(node))
     assert value["name"] is EXPR and value["tags"] is EXPR
     assert isinstance(literal(_ternary()), Either)

@@ -18,7 +18,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.infra.test_install_on_vms import SUB, _vm, _vmss, run  # noqa: F401  (run: the fixture)
+from tests.infra import test_install_on_vms as install
+
+SUB, _vm, _vmss = install.SUB, install._vm, install._vmss
+run = install.run  # the fixture: the real script in bash, the stand-in az/azd on PATH
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_BODY = REPO / "infra" / "forwarder" / "scheduled-events-policy.json"
@@ -43,7 +46,8 @@ def _writes() -> List[Dict[str, Any]]:
 def _avset(name: str, members: List[str]) -> Dict[str, Any]:
     return {"command": "vm availability-set show", "options": {"--name": name},
             "result": {"name": name, "id": f"{COMPUTE}/availabilitySets/{name}",
-                       "virtualMachines": [{"id": f"{COMPUTE.upper()}/virtualMachines/{m}"} for m in members]}}
+                       "virtualMachines": [{"id": f"{COMPUTE.upper()}/virtualMachines/{m}"}
+                                           for m in members]}}
 
 
 def _in_avset(name: str, avset: str) -> Dict[str, Any]:
@@ -134,8 +138,8 @@ def test_flexible_members_opt_in_their_scale_set_once(run) -> None:
 
 def test_a_uniform_scale_set_is_opted_in_at_the_scale_set(run) -> None:
     ids = ("3c8e0b0e-1d4a-4c55-9a0f-6f3f0a6d2b11",)
-    result = run(["-g", "my-vms", "--platform-feed", "vmss:pool-u"], sets=[_set("pool-u", "Uniform", vm_ids=ids)],
-                 extra=_features() + _writes())
+    result = run(["-g", "my-vms", "--platform-feed", "vmss:pool-u"],
+                 sets=[_set("pool-u", "Uniform", vm_ids=ids)], extra=_features() + _writes())
     assert result.code == 0, result.err
     owner = f"{COMPUTE}/virtualMachineScaleSets/pool-u"
     assert _opt_ins(result) == [owner] and _grants(result) == [owner]
@@ -179,7 +183,8 @@ def test_a_deployment_older_than_the_feed_is_one_clear_line(run) -> None:
 ])
 def test_an_unregistered_feature_stops_before_any_change(run, compute: str, maintenance: str,
                                                          missing: str) -> None:
-    result = run(["-g", "my-vms", "--platform-feed", "vm:web-01"], extra=_features(compute, maintenance) + _writes())
+    result = run(["-g", "my-vms", "--platform-feed", "vm:web-01"],
+                 extra=_features(compute, maintenance) + _writes())
     assert result.code == 5
     assert result.err.count("\n") == 1 and f"feature {missing}" in result.err
     namespace, name = missing.split("/")
@@ -224,7 +229,7 @@ def test_help_names_the_new_target_and_options(run) -> None:
 
 def test_the_policy_body_sets_only_the_publishing_target() -> None:
     body = json.loads(POLICY_BODY.read_text())
-    # Nothing else in scheduledEventsPolicy: userInitiatedReboot/Redeploy and allInstancesDown stay as they are.
+    # Nothing else in scheduledEventsPolicy: userInitiatedReboot/Redeploy and allInstancesDown stay as set.
     assert body == {"properties": {"scheduledEventsPolicy": {"scheduledEventsAdditionalPublishingTargets": {
         "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}}}
 
@@ -237,7 +242,7 @@ def test_the_script_constants() -> None:
                      r"Microsoft.Maintenance/ScheduledEventsActivity\"", text)
 
 
-@pytest.mark.skipif(not (TYPES / "index.json").exists(), reason="the bicep-types reference is not on this machine")
+@pytest.mark.skipif(not (TYPES / "index.json").exists(), reason="no bicep-types reference on this machine")
 @pytest.mark.parametrize("kind", ["virtualMachines", "virtualMachineScaleSets", "availabilitySets"])
 def test_the_policy_body_fits_each_owner_type(kind: str) -> None:
     from tools.bicep_types import Reference, check_body
