@@ -75,6 +75,17 @@ resource toPlatformHub 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025
         endpointType: 'EventHub'
         properties: {
           resourceId: platformHubId
+          // All states of one event on one partition (data.resourceInfo.name is the EventId): one instance
+          // of central sees them, fewer store conflicts. Event Grid still does not order them.
+          deliveryAttributeMappings: [
+            {
+              name: 'PartitionKey'
+              type: 'Dynamic'
+              properties: {
+                sourceField: 'data.resourceInfo.name'
+              }
+            }
+          ]
         }
       }
     }

@@ -84,6 +84,8 @@ def test_the_event_subscription_delivers_to_the_platform_hub_with_the_topics_ide
     assert delivery["identity"] == {"type": "SystemAssigned"}
     assert delivery["destination"]["endpointType"] == "EventHub"
     assert "resourceId: platformHubId" in subscription["@source"]
+    assert delivery["destination"]["properties"]["deliveryAttributeMappings"] == [
+        {"name": "PartitionKey", "type": "Dynamic", "properties": {"sourceField": "data.resourceInfo.name"}}]
     assert props["eventDeliverySchema"] == "EventGridSchema"
     # The role exists before Event Grid is asked to deliver.
     assert "dependsOn: [\n    sender\n  ]" in subscription["@source"]
