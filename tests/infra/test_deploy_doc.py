@@ -59,7 +59,7 @@ def test_install_commands_use_only_what_the_script_accepts() -> None:
             if word.startswith("-"):
                 assert word in accepted, (word, line)
             elif ":" in word:
-                assert word.split(":")[0] in ("vm", "vmss"), line
+                assert word.split(":")[0] in ("vm", "vmss", "avset"), line
 
 
 def test_windows_behaviour_is_described_as_untested() -> None:
