@@ -2,7 +2,7 @@
 // Values from the environment: azd sets AZURE_ENV_NAME and AZURE_LOCATION; set SE_ALERT_EMAIL (required:
 // the build stops with an error naming it when unset) and, optionally, SE_ALERT_WEBHOOK_URL,
 // SE_AUTHN_MODE, SE_AUTHN_TRUST_PEM, SE_KEY_VAULT_SUFFIX, SE_POLICY_JSON and SE_POLICY_SHADOW_JSON (a candidate policy
-// to rehearse: its verdicts are recorded, never sent).
+// to rehearse: its verdicts are recorded, never sent), and SE_PLATFORM_* (the platform feed, below).
 // The policy is the file infra/policy.json (checked by `se-policy check` before every provision: azd's
 // preprovision hook, the az steps in docs/deploy.md); SE_POLICY_JSON, when set, replaces it.
 using './main.bicep'
@@ -28,3 +28,9 @@ param heartbeatMissingMinutes = 15
 param tags = {
   workload: 'scheduled-events'
 }
+// The platform feed (issue 23): preview in Azure, so off unless SE_PLATFORM_FEED=true (docs/deploy.md, "The
+// platform feed": two feature registrations and the deployer's subscriber role first).
+param platformFeedEnabled = toLower(readEnvironmentVariable('SE_PLATFORM_FEED', 'false')) == 'true'
+param platformSystemTopicName = readEnvironmentVariable('SE_PLATFORM_SYSTEM_TOPIC', '')
+param platformSystemTopicResourceGroup = readEnvironmentVariable('SE_PLATFORM_SYSTEM_TOPIC_RG', '')
+param platformConfirmScopes = readEnvironmentVariable('SE_PLATFORM_CONFIRM_SCOPES', '')
