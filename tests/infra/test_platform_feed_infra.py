@@ -170,3 +170,13 @@ def _ternary() -> ts.Node:
         if node.type == "variable_declaration" and name_of(node) == "storageSku":
             return node.children[-1]
     raise AssertionError("no var storageSku")
+
+
+def test_the_parameter_file_keeps_the_feed_off_unless_asked() -> None:
+    text = (INFRA / "main.bicepparam").read_text()
+    assert ("param platformFeedEnabled = toLower(readEnvironmentVariable('SE_PLATFORM_FEED', 'false'))"
+            " == 'true'" in text)
+    for name, variable in (("platformSystemTopicName", "SE_PLATFORM_SYSTEM_TOPIC"),
+                           ("platformSystemTopicResourceGroup", "SE_PLATFORM_SYSTEM_TOPIC_RG"),
+                           ("platformConfirmScopes", "SE_PLATFORM_CONFIRM_SCOPES")):
+        assert f"param {name} = readEnvironmentVariable('{variable}', '')" in text
