@@ -268,6 +268,7 @@ for target in "${work[@]}"; do
     avset:*) target_avset "${target#avset:}" || failures+=("$target") ;;
   esac
 done
+[ "$platform" -eq 0 ] || platform_hint
 if [ ${#failures[@]} -gt 0 ]; then
   die 4 "failed: ${failures[*]} (the az error is above; the other targets are done; run again for these)"
 fi

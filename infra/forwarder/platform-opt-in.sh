@@ -66,3 +66,10 @@ avset_members() {  # NAME -> the names of its VMs (an availability set's VMs are
   ids="$(az vm availability-set show -g "$group" -n "$1" --query "virtualMachines[].id" -o tsv)" || return 1
   while IFS= read -r id; do [ -z "$id" ] || echo "${id##*/}"; done <<< "$ids"
 }
+
+platform_hint() {  # after the run: the scope that PLATFORM_CONFIRM_SCOPES should hold for these forwarders
+  [ -n "$opted_in" ] && [ "$agentless" -eq 0 ] || return 0
+  local sub
+  sub="$(az account show --query id -o tsv 2>/dev/null)" || return 0
+  say "platform feed: list /subscriptions/$sub/resourceGroups/$group in platformConfirmScopes (SE_PLATFORM_CONFIRM_SCOPES) so central confirms these forwarders' claims against the feed"
+}

@@ -40,7 +40,8 @@ def _features(compute: str = "Registered", maintenance: str = "Registered") -> L
 
 
 def _writes() -> List[Dict[str, Any]]:
-    return [{"command": "rest", "result": {}}, {"command": "role assignment create", "result": {}}]
+    return [{"command": "rest", "result": {}}, {"command": "role assignment create", "result": {}},
+            {"command": "account show", "result": {"id": SUB, "name": "prod"}}]
 
 
 def _avset(name: str, members: List[str]) -> Dict[str, Any]:
@@ -94,6 +95,7 @@ def test_a_standalone_vm_is_opted_in_at_the_vm(run) -> None:
     assert _opt_ins(result) == [vm_id] and _grants(result) == [vm_id]
     assert len(result.az("feature show")) == 2
     assert "virtualMachines/web-01 opted in" in result.out
+    assert f"list /subscriptions/{SUB}/resourceGroups/my-vms in platformConfirmScopes" in result.out
 
 
 def test_a_vm_in_an_availability_set_opts_in_the_set_not_the_vm(run) -> None:
@@ -160,6 +162,7 @@ def test_agentless_installs_nothing_and_needs_only_centrals_identity(run) -> Non
     owners = [f"{COMPUTE}/virtualMachines/web-01", f"{COMPUTE}/availabilitySets/avs-web",
               f"{COMPUTE}/virtualMachineScaleSets/pool-u"]
     assert _opt_ins(result) == owners and _grants(result) == owners
+    assert "platformConfirmScopes" not in result.out  # no forwarder here makes claims to confirm
 
 
 def test_inputs_for_the_feed_come_from_the_deployment_too(run) -> None:
