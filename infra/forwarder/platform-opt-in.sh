@@ -7,7 +7,7 @@
 # cannot set its own), and ARM acknowledges an event under that resource, so the role goes there too.
 #   1. PATCH properties.scheduledEventsPolicy.scheduledEventsAdditionalPublishingTargets
 #      .eventGridAndResourceGraph {enable: true, scheduledEventsApiVersion: "2020-07-01"} (Compute api-version
-#      2025-04-01, the first with scheduledEventsApiVersion; body: scheduled-events-policy.json). A PATCH names
+#      2025-04-01, the first with scheduledEventsApiVersion; body: platform-opt-in.json). A PATCH names
 #      only that branch: userInitiatedReboot/Redeploy and allInstancesDown stay as they are.
 #   2. Scheduled Events Contributor (b67fe603-310e-4889-b9ee-8257d09d353d) for central's Function app
 #      identity (FUNCTION_PRINCIPAL_ID) at that resource: never the resource group, never the subscription.
@@ -39,7 +39,7 @@ opt_in() {  # ARM-ID: the policy, then central's role there (each once per run)
   [[ "$1" =~ ^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Compute/(virtualMachines|virtualMachineScaleSets|availabilitySets)/[^/]+$ ]] \
     || { echo "install-on-vms: not a VM, scale set or availability set id: '$1'" >&2; return 1; }
   run az rest --method patch --url "$1?api-version=$COMPUTE_API_VERSION" \
-    --body "@$here/scheduled-events-policy.json" -o none || return 1
+    --body "@$here/platform-opt-in.json" -o none || return 1
   run az role assignment create --assignee-object-id "$in_FUNCTION_PRINCIPAL_ID" \
     --assignee-principal-type ServicePrincipal --role "$SCHEDULED_EVENTS_CONTRIBUTOR" --scope "$1" -o none \
     || return 1

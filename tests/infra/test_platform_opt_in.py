@@ -24,7 +24,7 @@ SUB, _vm, _vmss = install.SUB, install._vm, install._vmss
 run = install.run  # the fixture: the real script in bash, the stand-in az/azd on PATH
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY_BODY = REPO / "infra" / "forwarder" / "scheduled-events-policy.json"
+POLICY_BODY = REPO / "infra" / "forwarder" / "platform-opt-in.json"
 OPT_IN = REPO / "infra" / "forwarder" / "platform-opt-in.sh"
 TYPES = REPO.parent / "shared" / "bicep-types"  # beside the checkout, as CI lays it
 CONTRIBUTOR = "b67fe603-310e-4889-b9ee-8257d09d353d"
