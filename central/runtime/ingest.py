@@ -188,7 +188,9 @@ class Ingest:
             text,
             [{"path": "/", "message": f"the log store refused its rows: {why}"[:300]}],
             item.parsed if isinstance(item.parsed, Envelope) else None,
-            verified=True,  # it passed the sender check before the store refused it
+            # it passed the sender check before the store refused it; an unsigned one (preferred) is no
+            # verified sender, so its alert names no VM (issue 22 point 7)
+            verified=item.signed is not False,
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)

@@ -50,10 +50,12 @@ class PartitionBatcher:
                 self._arm(self.max_wait if self.invoked else 0.0)
 
     def close(self) -> None:
-        """Ownership lost or shutting down: the held events are dropped (not checkpointed: read again)."""
+        """Ownership lost or shutting down: the held events are dropped (not checkpointed: read again), and
+        the partition, when claimed again, starts as new (the extension makes a new partition processor)."""
         with self._guard:
             self._cancel()
             self.held = []
+            self.invoked = False
 
     def _flush(self, timer: threading.Timer) -> None:
         with self._guard:
