@@ -67,6 +67,25 @@ def trust_failure(bad: BadEnvelope, now: datetime) -> Alert:
     )
 
 
+def downgrade(bad: BadEnvelope, now: datetime) -> Alert:
+    """An unsigned envelope claiming a VM that has signed before (AUTHN_MODE=preferred): a forwarder rolled
+    back, or someone with the hub's send right speaking for that VM. One alert per window for all of
+    them, keyed by no VM (the claim is not verified, issue 22 point 7); the body is in Quarantine."""
+    return Alert(
+        f"authn-downgrade:{window(now)}",
+        "authn-downgrade",
+        "critical",
+        "Central refused an unsigned envelope from a VM that has signed before",
+        f"An envelope claiming VM {str(bad.vm_id)[:64]} came without sender authentication, but that VM has "
+        "signed before: it is refused (not verified: the claim may be forged). If its forwarder was rolled "
+        f"back, upgrade it again (the first in this {WINDOW_SECONDS // 60}-minute window; every one is kept "
+        "in the Quarantine table).",
+        now,
+        facts={"claimedVmId": bad.vm_id, "envelopeId": bad.envelope_id, "sha256": bad.sha256},
+        next_try=now + ALERT_LEASE,
+    )
+
+
 def forwarder_quarantined(env: Envelope, sha256: str, now: datetime) -> Alert:
     errs = env.data.get("errors") or [{"path": "/", "message": "?"}]
     return Alert(

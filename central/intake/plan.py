@@ -13,10 +13,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple, Union, cast
 
 from central.intake import alerts as ingest_alerts
-from central.intake import authz
+from central.intake import authz, downgrade
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
 from central.model.alert import Alert
@@ -43,6 +43,8 @@ class Item:
 
     parsed: Union[Envelope, BadEnvelope]
     received: datetime
+    # how the sender gate let it in: True signed, False unsigned on condition (preferred), None: off
+    signed: Optional[bool] = None
 
 
 def bad_from(
@@ -86,6 +88,8 @@ class Planner:
             if isinstance(env, BadEnvelope):
                 self._quarantine(plan, env, now)
                 continue
+            if self._downgrade(plan, item, now):
+                continue
             problem = self._identity(plan, env, item.received)
             if problem:  # the envelope cannot speak as this VM: nothing of it is applied
                 plan.refusals.append({"path": "/data/vm", "message": problem})
@@ -94,6 +98,7 @@ class Planner:
             plan.count("processed")
             plan.metrics.append(lambda t=env.type: metrics.envelope(t))
             vm = self._vm(plan, env, item.received)
+            vm.signed_at = downgrade.signed_since(item.signed, vm.signed_at, item.received)
             if env.type == INCARNATION:
                 self._incarnation(plan, env, vm, item.received, now)
             elif env.type == HEARTBEAT:
@@ -110,6 +115,24 @@ class Planner:
                 fresh.setdefault(alert.key, alert)
         plan.changes.alerts = list(fresh.values())
         return plan
+
+    def _downgrade(self, plan: Plan, item: Item, now: datetime) -> bool:
+        """An unsigned envelope from a VM whose row says it has signed: quarantined as unverified (its
+        alert keyed by no VM: central.intake.alerts) plus one `authn-downgrade` alert per window. True
+        when refused. The row read is the one this plan commits under If-Match (central.intake.downgrade)."""
+        env = cast(Envelope, item.parsed)
+        vm = plan.changes.vms.get(env.vm_id) or self.state.vm(env.vm_id)
+        why = downgrade.refusal(item.signed, vm.signed_at if vm else None, env.vm_id)
+        if not why:
+            return False
+        problem = {"path": "/", "message": f"refused by the sender check: {why}"[:300]}
+        bad = bad_from(json.dumps(env.raw), [problem], env, verified=False)
+        bad.extra["downgrade"] = True
+        plan.count("downgrades")
+        self._quarantine(plan, bad, now)
+        plan.markers.append((logging.WARNING, "se.authn.downgrade: unsigned envelope %s claiming VM %s "
+                             "refused: that VM has signed before", (env.id[:128], env.vm_id)))
+        return True
 
     def _identity(self, plan: Plan, env: Envelope, received: datetime) -> str:
         """'' when `env` may speak as its VM, binding a new VM's name to its vmId (or moving the name of a
@@ -264,6 +287,8 @@ class Planner:
         plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
         if "trustIssuer" in bad.extra:
             plan.changes.alerts.append(ingest_alerts.trust_failure(bad, now))  # deduplicated by key below
+        if bad.extra.get("downgrade"):
+            plan.changes.alerts.append(ingest_alerts.downgrade(bad, now))
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")

@@ -4,8 +4,9 @@ AUTHN_MODE (default `required`):
 - required: every envelope must carry the forwarder's signature and the VM's attested document in its
   Event Hubs application properties (schemas/authn.py), naming the vmId the envelope claims; anything
   else is refused (quarantined and alerted by ingest, never applied);
-- preferred (mid-rollout fleets): as required, except that an unsigned envelope is accepted from a VM
-  never seen signed; once a VM has signed, its unsigned envelopes are refused (`downgrade`);
+- preferred (mid-rollout fleets): as required, except that an unsigned envelope passes this gate on
+  condition: planning refuses it (`downgrade`) when the VM's State row says it has signed before
+  (central.intake.downgrade: durable and shared by every instance);
 - off: every envelope's claims are taken as they come. Logged as a warning at start; /api/health and
   `se-fleet status` show it.
 
@@ -21,13 +22,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Dict, Mapping, Optional, Sequence, Set, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 log = logging.getLogger("central.sender")  # stable: docs and queries select on it
 
 CACHE_ENTRIES = 10_000
 MODES = ("required", "preferred", "off")
-SIGNED_VMS_LIMIT = 200_000
 
 
 class Refusal(str):
@@ -44,15 +44,30 @@ def refusal(text: str, kind: str, issuer: str = "") -> Refusal:
     return out
 
 
+class Admitted(str):
+    """An accepted envelope (the empty str ingest reads as "go on"), with how: `signed` True (verified)
+    or False (unsigned, on condition: central.intake.downgrade decides on the VM's row)."""
+
+    signed: Optional[bool] = None
+
+
+def admitted(signed: bool) -> Admitted:
+    out = Admitted("")
+    out.signed = signed
+    return out
+
+
+SIGNED, UNSIGNED = admitted(True), admitted(False)
+
+
 class SenderAuth:
-    """`check(vm_id, body, properties, received)` -> "" (authenticated, or accepted by the mode) or why not.
+    """`check(vm_id, body, properties, received)` -> SIGNED or UNSIGNED (both "": go on) or why not.
     After a refusal, `last` holds the authn.Rejected (its kind and issuer)."""
 
     def __init__(self, trust: Optional[Any] = None, mode: str = "required") -> None:
         self.trust = trust  # central.intake.authn.TrustConfig, or None: off
         self.mode = mode if trust is not None else "off"
         self._cache: Dict[str, Any] = {}
-        self.signed_vms: Set[str] = set()  # preferred: VMs seen signed on this instance (see docs)
         self.accepted = 0
         self.accepted_unsigned = 0
         self.refused = 0
@@ -92,22 +107,21 @@ class SenderAuth:
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.clear()  # a cache only: the next documents are verified in full again
         result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache)
-        key = str(vm_id).lower()
         if result.ok:
             self.accepted += 1
-            if self.mode == "preferred" and len(self.signed_vms) < SIGNED_VMS_LIMIT:
-                self.signed_vms.add(key)
-            return ""
+            return SIGNED
         if self.mode == "preferred" and result.reason == "missing":  # type: ignore[union-attr]
-            if key not in self.signed_vms:
-                self.accepted_unsigned += 1
-                return ""
-            result = authn.Rejected("downgrade", f"unsigned, but VM {str(vm_id)[:64]} has signed before: "
-                                    "a VM that signed cannot be downgraded")
+            self.accepted_unsigned += 1  # let through on condition: a downgrade is refused in planning
+            return UNSIGNED
         self.refused += 1
         self.last = result
         return refusal(f"sender not authenticated ({result.reason}): {result.detail}",  # type: ignore
                        result.kind, result.issuer)  # type: ignore[union-attr]
+
+    def downgraded(self, count: int) -> None:
+        """`count` envelopes this gate let through unsigned were refused in planning as downgrades."""
+        self.accepted_unsigned -= count
+        self.refused += count
 
     def status(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"enabled": self.enabled, "mode": self.mode, "accepted": self.accepted,

@@ -33,6 +33,9 @@ class VmState:
     name_bound: bool = True  # this VM holds its name (central.names); False once another VM took it over
     new_events_since: Optional[datetime] = None  # start of the hour its new events are counted in
     new_events: int = 0
+    # when central first authenticated an envelope from it (any AUTHN_MODE but off): from then on its
+    # unsigned envelopes are refused as a downgrade, on every instance (central.intake.downgrade)
+    signed_at: Optional[datetime] = None
 
     def count_new_event(self, at: datetime, limit: int) -> bool:
         """Count one event this VM reports first; False when it already brought `limit` this hour."""

@@ -51,6 +51,7 @@ def parse(
 ) -> Item:
     """A body -> Envelope, or BadEnvelope (schema, store limits, or the sender check refused it)."""
     item = env_mod.parse_body(body)
+    signed = None
     if isinstance(item, Envelope):
         problems = limits.envelope_problems(item.type, item.data)
         problems += [
@@ -59,6 +60,7 @@ def parse(
         # The sender check runs on an over-limit envelope too: whether its vmId is verified decides
         # what its alert may be keyed by (a forged claim must never key the named VM's alerts).
         reason = gate(item.vm_id, body, properties, received)
+        signed = getattr(reason, "signed", None)  # central.intake.sender.Admitted
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})
         if problems:
@@ -68,7 +70,7 @@ def parse(
                 bad.extra.update(trustIssuer=getattr(reason, "issuer", ""), receivedAt=received,
                                  authProperties=auth_properties(properties))
             item = bad
-    return Item(item, received)
+    return Item(item, received, signed if isinstance(item, Envelope) else None)
 
 
 def auth_properties(properties: Optional[Mapping[Any, Any]]) -> dict:
@@ -123,6 +125,8 @@ class Ingest:
         env = item.parsed
         if isinstance(env, BadEnvelope):
             return 1  # its alert row
+        if item.signed is False:  # may be refused as a downgrade instead: two alert rows
+            return 2 + self._cost(Item(env, item.received), vms)
         row = 0 if env.vm_id in vms else 1
         vms.add(env.vm_id)
         vm = self.state.vm(env.vm_id)
@@ -184,7 +188,9 @@ class Ingest:
             text,
             [{"path": "/", "message": f"the log store refused its rows: {why}"[:300]}],
             item.parsed if isinstance(item.parsed, Envelope) else None,
-            verified=True,  # it passed the sender check before the store refused it
+            # it passed the sender check before the store refused it; an unsigned one (preferred) is no
+            # verified sender, so its alert names no VM (issue 22 point 7)
+            verified=item.signed is not False,
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)

@@ -48,6 +48,7 @@ class BatchResult:
     quarantined: int = 0
     late: int = 0  # reports about events that ended before (recognised, not revived)
     refused: int = 0  # envelopes part of which a VM may not say (central.intake.authz): quarantined, alerted
+    downgrades: int = 0  # unsigned envelopes from VMs that signed before (also counted in quarantined)
     decisions: List[Decision] = field(default_factory=list)
     approvals_sent: int = 0
     alerts_sent: int = 0
@@ -69,6 +70,7 @@ COUNTERS = (
     "quarantined",
     "late",
     "refused",
+    "downgrades",
     "approvals",
     "alertsSent",
     "alertsFailed",

@@ -155,7 +155,9 @@ class CentralService:
                         bad_from(body, [{"path": "/", "message": f"unusable: {exc}"[:300]}]), received
                     )
                 env = item.parsed
-                if hasattr(env, "type"):
+                # an unsigned envelope is never taken for a duplicate (nor remembered as one): one
+                # refused as a downgrade must not make the VM's signed envelope of that id look seen
+                if hasattr(env, "type") and item.signed is not False:
                     key = f"{env.vm_id}|{env.id}"  # type: ignore[union-attr]
                     if key in self._seen or key in batch_keys:
                         result.duplicates += 1
@@ -292,6 +294,8 @@ class CentralService:
         c["quarantined"] += result.quarantined
         c["late"] += result.late
         c["refused"] += result.refused
+        c["downgrades"] += result.downgrades
+        self.sender_auth.downgraded(result.downgrades)
         c["approvals"] += result.approvals_sent
         c["alertsSent"] += result.alerts_sent
         c["alertsFailed"] += result.alerts_failed

@@ -2,7 +2,8 @@
 
 One partition, `fleet`, so every change that must hold together commits in one transaction:
   head             Seq: bumped (If-Match) by every change to any event: event changes are serialised
-  vm:<vmId>        a VM: identity, grouping, liveness (central's receive time), applied incarnation
+  vm:<vmId>        a VM: identity, grouping, liveness (central's receive time), applied incarnation,
+                   when it first signed (SignedAt: never accepted unsigned again)
   o:<EventId>      an active event: not ended, or ended with alerts still owed
   x:<EventId>      an ended event whose alerts are all delivered (kept: a late report is recognised)
   a:<sha256(key)>  an alert owed that belongs to no event (quarantine, outbox drops), until delivered
@@ -91,6 +92,7 @@ def vm_entity(vm: VmState) -> Dict[str, Any]:
         "NameBound": vm.name_bound,
         "NewEventsSince": vm.new_events_since,
         "NewEvents": whole(vm.new_events),
+        "SignedAt": vm.signed_at,
     }
     put_json(entity, "Tags", vm.tags)
     if vm.group_tags is not None:
@@ -122,6 +124,7 @@ def vm_from_entity(e: Dict[str, Any]) -> VmState:
         name_bound=bool(e.get("NameBound", True)),
         new_events_since=_dt(e.get("NewEventsSince")),
         new_events=int(plain(e.get("NewEvents"), 0)),
+        signed_at=_dt(e.get("SignedAt")),
     )
 
 

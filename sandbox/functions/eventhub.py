@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from datetime import datetime
 from typing import Any, Dict, List, Optional
 
@@ -18,6 +17,7 @@ from azure.eventhub import EventData, EventHubConsumerClient, LoadBalancingStrat
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from azure.functions import meta
 
+from .batching import PartitionBatcher
 from .hostconfig import EventHubOptions
 from .loader import FunctionSpec
 from .retry import RetryPolicy, Stopped
@@ -135,8 +135,7 @@ class EventHubTrigger:
         )
         self.batches_since_checkpoint: Dict[str, int] = {}
         # minEventBatchSize > 1: events held per partition until there are enough or maxWaitTime passed
-        self.pending: Dict[str, List[EventData]] = {}
-        self.pending_since: Dict[str, float] = {}
+        self.batchers: Dict[str, PartitionBatcher] = {}
         self.thread: Optional[threading.Thread] = None
 
     def describe(self) -> str:
@@ -154,6 +153,8 @@ class EventHubTrigger:
 
     def close(self) -> None:
         self.client.close()  # stops receiving and releases partition ownership
+        for batcher in list(self.batchers.values()):
+            batcher.close()
 
     def join(self, timeout: float) -> None:
         if self.thread is not None:
@@ -172,11 +173,12 @@ class EventHubTrigger:
             self.client.receive_batch(
                 on_event_batch=self._on_batch,
                 on_error=self._on_error,
+                on_partition_close=self._on_partition_close,
                 max_batch_size=self.options.max_event_batch_size,
                 prefetch=self.options.prefetch_count,
                 starting_position=self._starting_position(),
-                # woken at least every maxWaitTime, so a partial batch held for minEventBatchSize goes out
-                max_wait_time=self.options.max_wait_time if self.options.min_event_batch_size > 1 else None,
+                # no max_wait_time: events come as soon as read (the SDK would hold them for its own
+                # window); maxWaitTime is the partition batcher's timer, as in the extension
             )
         except Exception:
             if not self.stop.is_set():
@@ -192,28 +194,26 @@ class EventHubTrigger:
             error,
         )
 
+    def _on_partition_close(self, context: Any, reason: Any) -> None:
+        batcher = self.batchers.get(context.partition_id)
+        if batcher is not None:
+            batcher.close()  # the extension clears its cache: the next owner reads them again
+
     def _on_batch(self, context: Any, events: List[EventData]) -> None:
-        """The host's batching: with minEventBatchSize > 1 a partition's events wait until there are
-        that many or the first has waited maxWaitTime; then they go in batches of maxEventBatchSize."""
-        if self.stop.is_set():
+        """The host's batching (sandbox.functions.batching): with minEventBatchSize > 1 a partition's
+        events wait until there are that many or the first has waited maxWaitTime; batches of at most
+        maxEventBatchSize."""
+        if self.stop.is_set() or not events:
             return
         if self.options.min_event_batch_size <= 1:
-            if events:
-                self._dispatch(context, events)
+            self._dispatch(context, events)
             return
-        pid = context.partition_id
-        held = self.pending.setdefault(pid, [])
-        if events and not held:
-            self.pending_since[pid] = time.monotonic()
-        held.extend(events)
-        waited = time.monotonic() - self.pending_since.get(pid, time.monotonic())
-        if not held or (len(held) < self.options.min_event_batch_size
-                        and waited < self.options.max_wait_time):
-            return
-        self.pending[pid] = []
-        size = self.options.max_event_batch_size
-        for i in range(0, len(held), size):
-            self._dispatch(context, held[i:i + size])
+        batcher = self.batchers.get(context.partition_id)
+        if batcher is None:
+            batcher = self.batchers[context.partition_id] = PartitionBatcher(
+                self.options.min_event_batch_size, self.options.max_event_batch_size,
+                self.options.max_wait_time, self._dispatch, self.stop)
+        batcher.receive(context, events)
 
     def _dispatch(self, context: Any, events: List[EventData]) -> None:
         if not events or self.stop.is_set():

@@ -275,25 +275,44 @@ def test_runner_refuses_to_start_when_a_binding_setting_is_missing(tmp_path: Pat
 
 
 def test_min_event_batch_size_holds_a_partitions_events_until_enough_or_max_wait() -> None:
-    """The host's minEventBatchSize / maxWaitTime: events wait for a batch of that many, or until the
-    first has waited maxWaitTime (the receive loop wakes every maxWaitTime with an empty list)."""
+    """The host's minEventBatchSize / maxWaitTime (sandbox.functions.batching): a partition's events wait
+    for a batch of that many, or until maxWaitTime after the first was cached, whatever the receive loop
+    does meanwhile; the partition's first invocation does not wait; batches of at most maxEventBatchSize."""
     import threading
     from types import SimpleNamespace
 
     from sandbox.functions.eventhub import EventHubTrigger
     from sandbox.functions.hostconfig import EventHubOptions
 
+    wait = 0.5
     trigger = EventHubTrigger.__new__(EventHubTrigger)
-    trigger.options = EventHubOptions(max_event_batch_size=4, min_event_batch_size=3, max_wait_time=0.2)
-    trigger.stop, trigger.pending, trigger.pending_since = threading.Event(), {}, {}
+    trigger.options = EventHubOptions(max_event_batch_size=4, min_event_batch_size=3, max_wait_time=wait)
+    trigger.stop, trigger.batchers = threading.Event(), {}
     calls: list = []
-    trigger._dispatch = lambda context, events: calls.append((context.partition_id, list(events)))
+
+    def dispatch(context: SimpleNamespace, events: list) -> None:
+        calls.append((context.partition_id, list(events), time.monotonic()))
+
+    def next_call(count: int) -> tuple:
+        deadline = time.monotonic() + 5
+        while len(calls) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return calls[count - 1][:2] if len(calls) >= count else ()
+
+    trigger._dispatch = dispatch
     p0, p1 = SimpleNamespace(partition_id="0"), SimpleNamespace(partition_id="1")
-    trigger._on_batch(p0, ["a", "b"])
+    trigger._on_batch(p0, ["a", "b", "c", "d", "e", "f", "g"])  # enough: batches of at most 4, at once
+    assert [c[:2] for c in calls] == [("0", ["a", "b", "c", "d"]), ("0", ["e", "f", "g"])]
+    trigger._on_batch(p1, ["first"])  # a partition's first invocation does not wait (the extension's rule)
+    assert next_call(3) == ("1", ["first"])
+    cached = time.monotonic()
     trigger._on_batch(p1, ["x"])
-    assert calls == []  # fewer than 3 and not waited yet
-    trigger._on_batch(p0, ["c", "d", "e", "f", "g"])
-    assert calls == [("0", ["a", "b", "c", "d"]), ("0", ["e", "f", "g"])]  # batches of at most 4
-    time.sleep(0.25)
-    trigger._on_batch(p1, [])  # the loop's wake-up: partition 1's event waited past maxWaitTime
-    assert calls[-1] == ("1", ["x"])
+    trigger._on_batch(p1, ["y"])
+    assert len(calls) == 3  # fewer than 3 held, maxWaitTime not over: nothing yet
+    # no receive-loop wake-up comes: the partition's own timer sends the partial batch
+    assert next_call(4) == ("1", ["x", "y"])
+    assert wait <= calls[3][2] - cached < 2 * wait  # maxWaitTime after the first was cached, not twice it
+    trigger._on_batch(p1, ["z"])
+    trigger._on_partition_close(p1, "OWNERSHIP_LOST")  # the cache is dropped: the next owner reads it again
+    time.sleep(wait * 1.5)
+    assert len(calls) == 4
