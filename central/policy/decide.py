@@ -16,12 +16,14 @@ from datetime import datetime, timedelta
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from central.model.events import EventRecord
+from central.model.owner import Owner
 from central.model.times import iso
 from central.model.vms import VmState
 
+from .arm_route import agentless, arm_owner, platform_vms
 from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
 from .document import Policy, window_wait
-from .leader import elect, timeout_cause
+from .leader import elect, fresh, timeout_cause
 from .witness import WitnessRules, counted
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
@@ -128,6 +130,15 @@ class Send:
 
 
 @dataclass(frozen=True)
+class ArmSend:
+    """Approve through ARM at `owner` (attempt `attempt`): no VM carries it (central.policy.arm_route)."""
+
+    owner: Owner
+    expires_at: datetime
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Verdict:
     kind: str  # "none" (nothing new) | "record" (a decision, no message) | "send" (a decision + approval)
     action: str = (
@@ -142,6 +153,7 @@ class Verdict:
     timed_out: bool = False  # the outstanding attempt passed its expiry without a result
     alert: str = ""  # "no-leader": the event owes a critical alert
     timeout_cause: str = ""  # timed_out: the likely cause, for the approval-timeout alert
+    arm: Optional[ArmSend] = None  # kind "send" through ARM (then `send` is None)
 
 
 NOTHING = Verdict("none")
@@ -208,6 +220,8 @@ def _by_policy(
     event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
 ) -> Verdict:
     vms = fleet.vms_of(event)
+    if agentless(event, vms):  # the platform's facts stand in for the forwarders' (arm_route says which)
+        vms = platform_vms(event)
     rule = policy.rule_for(event.event_type, event.event_source, event.duration, vms)
     by = f"policy:{rule.name}"
     last = event.approvals[-1] if event.approvals else None
@@ -292,17 +306,19 @@ def approval(
     action: str,
     severity: str,
     timed_out: bool = False,
+    via_arm: bool = False,
 ) -> Verdict:
-    """Send the next attempt to the elected leader, or say why none can go."""
+    """Send the next attempt to the elected leader, or through ARM when no forwarder can carry it (or
+    `via_arm`: an operator asked), or say why none can go."""
     rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
     out = event.outstanding
-    leader = elect(
-        event,
-        dict(fleet.vms_by_name),
-        now,
-        config.liveness,
-        {out.vm_id} if timed_out and out is not None else frozenset(),
-    )
+    timed = {out.vm_id} if timed_out and out is not None else frozenset()
+    leader = elect(event, dict(fleet.vms_by_name), now, config.liveness, timed)
+    if via_arm or leader is None or not fresh(event, leader, timed):
+        owner = arm_owner(event, fleet.vms_of(event))
+        if owner is not None:
+            return _through_arm(event, fleet, owner, now, config, msg_action, by, why, action, severity,
+                                timed_out, leader, via_arm)
     if leader is None:
         return Verdict(
             "record",
@@ -349,6 +365,35 @@ def approval(
     )
 
 
+def _through_arm(event: EventRecord, fleet: FleetView, owner: Owner, now: datetime, config: DecideConfig,
+                 msg_action: str, by: str, why: str, action: str, severity: str, timed_out: bool,
+                 leader: Optional[VmState], via_arm: bool) -> Verdict:
+    rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
+    expires = now + config.result_timeout
+    if event.not_before is not None:
+        expires = min(expires, event.not_before)
+    if (expires - now).total_seconds() < 1:
+        return Verdict("record", action, "expired", rule, "too close to NotBefore to approve through ARM",
+                       "info", by, timed_out=timed_out)
+    if via_arm:
+        cause = "asked for by the operator"
+    elif agentless(event, fleet.vms_of(event)):
+        cause = "no VM in Resources has a forwarder (agentless)"
+    elif leader is None:
+        cause = "failover ran out: no live forwarder among Resources " + ", ".join(event.resources[:10])
+    else:
+        cause = "failover ran out: every live forwarder among Resources already had a try"
+    attempt = len(event.approvals) + 1
+    reason = f"{why}; approval {attempt} through ARM at {owner.label()} ({cause})"
+    if msg_action == "hook-then-approve":
+        reason += "; no pre-approve hook runs (ARM approves without the VM)"
+    if action == "failover" and event.approvals:
+        prev = event.approvals[-1]
+        reason = f"{prev.vm_name} gave no result ({prev.result or 'timeout'}); " + reason
+    return Verdict("send", action, "approving", rule, reason, severity, by, None, timed_out=timed_out,
+                   arm=ArmSend(owner, expires, attempt))
+
+
 def is_new(event: EventRecord, verdict: Verdict) -> bool:
     """A verdict is a new decision unless it repeats the event's last one (the timer re-evaluates
     every few minutes; an unchanged verdict is not a new decision)."""
@@ -375,15 +420,21 @@ def shadow_record(event: EventRecord, verdict: Verdict, now: datetime) -> Option
         "severity": verdict.severity,
         "decidedBy": "shadow:" + verdict.decided_by.split(":", 1)[-1],
         "at": iso(now),
-        "wouldSend": send.message_action if send else None,
-        "leaderVmName": send.leader.name if send else None,
-        "expiresAt": iso(send.expires_at) if send else None,
+        "wouldSend": send.message_action if send else ("approve" if verdict.arm else None),
+        "leaderVmName": send.leader.name if send else (arm_label(verdict) or None),
+        "expiresAt": iso(send.expires_at) if send else (iso(verdict.arm.expires_at) if verdict.arm else None),
     }
+
+
+def arm_label(verdict: Verdict) -> str:
+    """"arm:<kind>/<name>" for a verdict through ARM (the leader column of its decision), else ''."""
+    return "arm:" + verdict.arm.owner.label() if verdict.arm else ""
 
 
 def record(event: EventRecord, verdict: Verdict, now: datetime, message_id: Optional[str] = None) -> dict:
     """Apply a decision to the event record (state, decision, sequence) and return the decision."""
     leader = verdict.send.leader if verdict.send else None
+    arm = verdict.arm
     event.state = verdict.state
     event.decision_seq += 1
     event.decision = {
@@ -395,14 +446,16 @@ def record(event: EventRecord, verdict: Verdict, now: datetime, message_id: Opti
         "decidedBy": verdict.decided_by,
         "at": iso(now),
         "leaderVmId": leader.vm_id if leader else None,
-        "leaderVmName": leader.name if leader else None,
+        "leaderVmName": leader.name if leader else (arm_label(verdict) or None),
         "messageId": message_id,
-        "expiresAt": iso(verdict.send.expires_at) if verdict.send else None,
+        "expiresAt": iso(verdict.send.expires_at) if verdict.send else (iso(arm.expires_at) if arm else None),
+        **({"via": "arm"} if arm else {}),
     }
     return event.decision
 
 
 __all__ = [
+    "ArmSend",
     "DecideConfig",
     "FleetView",
     "Send",
