@@ -10,9 +10,10 @@ ARM's Microsoft.Maintenance acknowledge approves an event at its owning Compute 
 - (c) an operator asks for it (`via: "arm"` on the decide route).
 
 The owner is the platform's (data.resourceInfo.id). Without the feed it is derived from the forwarders'
-own identity (resourceId, vmScaleSetName), and only from VMs that reported the event themselves: one VM is
-never trusted to name another's events. IMDS does not name an availability set, so without the feed an
-availability set's event has no owner here (its VMs' ARM ids differ): no ARM path.
+own identity (resourceId, vmScaleSetName): only when every VM the event names is known from its forwarder,
+they all have the one owner (a VM, or their scale set) and one of them reported the event itself. IMDS does
+not name an availability set, so without the feed an availability set's event has no owner here (its VMs'
+ids differ): no ARM path, the event starts at NotBefore as before (with the no-leader alert).
 
 ARM runs no hook: a pre-approve hook needs the VM's forwarder. Approving through ARM an event the policy
 wanted drained first is still better than Azure starting it at NotBefore with no drain at all; the decision
@@ -52,13 +53,18 @@ def vm_owner(vm: VmState) -> Optional[Owner]:
 
 
 def arm_owner(event: EventRecord, vms: Sequence[VmState]) -> Optional[Owner]:
-    """Where ARM acknowledges `event`: the platform's owner, else the one owner of the named VMs that
-    reported it themselves (None: unknown, or they differ)."""
+    """Where ARM acknowledges `event`: the platform's owner; else, when central knows a forwarder for every
+    VM it names, their one common owner, provided one of them reported the event itself (None: unknown,
+    or the VMs have different owners: standalone VMs, or an availability set, which IMDS does not name)."""
     found = platform_owner(event)
     if found is not None:
         return found
     reporters = set(event.reported_by.values())
-    owners = {vm_owner(vm) for vm in vms if vm.vm_id in reporters}
+    if not vms or len({vm.name for vm in vms}) < len(set(event.resources)):
+        return None
+    if not any(vm.vm_id in reporters for vm in vms):
+        return None
+    owners = {vm_owner(vm) for vm in vms}
     if len(owners) == 1:
         return next(iter(owners))
     return None
