@@ -360,3 +360,32 @@ def test_arm_settings_are_checked_with_one_actionable_line(env: Env) -> None:
     ok = CentralSettings.from_mapping({"ARM_ENDPOINT": "https://management.usgovcloudapi.net/"})
     assert (ok.arm_endpoint, ok.arm_api_version) == ("https://management.usgovcloudapi.net", "2025-11-01")
 
+
+
+def test_the_owner_without_the_feed_is_one_the_forwarders_vouch_for() -> None:
+    """Pure (central.policy.arm_route): a scale set's instances (Flexible: a VM id and vmScaleSetName;
+    Uniform: the set's id) are acknowledged at the set; standalone VMs at themselves; VMs with different
+    owners (an availability set: IMDS does not name it) or a VM central does not know: no owner."""
+    from central.model.events import EventRecord
+    from central.model.owner import Owner
+    from central.model.vms import VmState
+    from central.policy.arm_route import arm_owner
+
+    base = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute"
+    flex = VmState("f1", "flex_1", f"{base}/virtualMachines/flex_1", scale_set="flex")
+    uni = VmState("u1", "uni_3", f"{base}/virtualMachineScaleSets/uni/virtualMachines/3", scale_set="uni")
+    a = VmState("a", "db-1", f"{base}/virtualMachines/db-1")
+    b = VmState("b", "db-2", f"{base}/virtualMachines/db-2")
+
+    def rec(names: List[str], reporters: List[VmState]) -> EventRecord:
+        return EventRecord("E", T0, resources=names, reported_by={vm.name: vm.vm_id for vm in reporters})
+
+    assert arm_owner(rec(["flex_1"], [flex]), [flex]) == Owner(SUB, RG, "virtualMachineScaleSets", "flex")
+    assert arm_owner(rec(["uni_3"], [uni]), [uni]) == Owner(SUB, RG, "virtualMachineScaleSets", "uni")
+    assert arm_owner(rec(["db-1"], [a]), [a]) == Owner(SUB, RG, "virtualMachines", "db-1")
+    assert arm_owner(rec(["db-1", "db-2"], [a, b]), [a, b]) is None  # two owners
+    assert arm_owner(rec(["db-1", "db-9"], [a]), [a]) is None  # db-9 unknown: its owner cannot be vouched for
+    assert arm_owner(rec(["db-1"], []), [a]) is None  # nobody reported it themselves
+    platform = rec(["db-1", "db-2"], [])
+    platform.platform = {"owner": Owner(SUB, RG, "availabilitySets", "avset").to_json()}
+    assert arm_owner(platform, []) == Owner(SUB, RG, "availabilitySets", "avset")  # the feed's word wins
