@@ -232,6 +232,7 @@ class WitnessOutcome:
     plan: List[WitnessScene]
     checks: List[Check] = field(default_factory=list)
     error: str = ""
+    evidence: Optional[WitnessEvidence] = None
 
     @property
     def ok(self) -> bool:
@@ -247,7 +248,8 @@ def run(work: Path, say: Callable[[str], None] = print) -> WitnessOutcome:
         fleet.start()
         fleet.wait_until_central_knows_every_vm()
         killed_at = play(fleet, outcome.plan, say)
-        outcome.checks = check(outcome.plan, collect(fleet, outcome.plan, killed_at))
+        outcome.evidence = collect(fleet, outcome.plan, killed_at)
+        outcome.checks = check(outcome.plan, outcome.evidence)
     except Exception as exc:  # noqa: BLE001 - reported as the act's failure; the fleet is stopped below
         outcome.error = f"{type(exc).__name__}: {exc}"
     finally:
