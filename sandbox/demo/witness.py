@@ -11,6 +11,10 @@ Scenes:
   w3  Freeze of vm-e, cancelled by Azure         vm-e's forwarder is frozen (SIGSTOP) with the event still
                                                  listed in its last document; the platform's Canceled ends
                                                  the event exactly in central
+  w4  a Reboot "Started" on vm-m and vm-n,       vm-m's forwarder reports an event Azure never emitted,
+      made up by vm-m's forwarder                naming vm-n too; once the platform's grace passes it is
+                                                 unconfirmed (alerted) and holds no budget: vm-n's real
+                                                 Reboot is approved at once under a one-at-a-time budget
 
 Checks come from the components' records: the simulator (events, ARM calls, IMDS POSTs), central's tables
 and the webhook receiver.
@@ -32,6 +36,7 @@ from central.store.tables import get_json
 from sandbox.demo.fleet import Fleet, FleetSettings, VmSpec
 from sandbox.demo.scenario import Check, posted_ids, table_rows, webhook_alerts
 
+CONFIRM_GRACE = 10  # PLATFORM_CONFIRM_GRACE_SECONDS in this act (300 in Azure)
 RESULT_TIMEOUT = 15  # central's APPROVAL_RESULT_TIMEOUT_SECONDS in this act: a dead forwarder is noticed soon
 DRAIN_SECONDS = 30.0  # the drain hook outlasts the result timeout: vm-d's forwarder dies in the middle
 SCENE_TIMEOUT = 60.0
@@ -40,22 +45,34 @@ WITNESS_VMS = (
     VmSpec("vm-x", {"role": "batch"}, forwarder=False),  # agentless
     VmSpec("vm-d", {"role": "web"}),
     VmSpec("vm-e", {"role": "web"}),
+    VmSpec("vm-m", {"role": "app"}),  # its forwarder makes an event up (w4)
+    VmSpec("vm-n", {"role": "app"}),
 )
 WITNESS_POLICY: Dict[str, Any] = {
     "version": 1,
     "description": "make demo, second act: Azure as a second witness",
+    "budgets": {"one-app-at-a-time": {"groupBy": "tag", "tag": "role", "maxImpacted": 1}},
     "rules": [
-        {"name": "agentless-batch", "match": {"vmNames": ["vm-x"]}, "action": "approve"},
-        {"name": "hold-freezes", "match": {"eventTypes": ["Freeze"]}, "action": "hold"},
-        {"name": "drain-before-reboot", "match": {"eventTypes": ["Reboot"]}, "action": "approve-after-hook"},
+        {"name": "agentless-batch", "match": {"vmNames": ["vm-x"]}, "action": "approve", "budgets": []},
+        {"name": "apps-one-at-a-time", "match": {"tags": {"role": "app"}}, "action": "approve",
+         "budgets": ["one-app-at-a-time"]},
+        {"name": "hold-freezes", "match": {"eventTypes": ["Freeze"]}, "action": "hold", "budgets": []},
+        {"name": "drain-before-reboot", "match": {"eventTypes": ["Reboot"]}, "action": "approve-after-hook",
+         "budgets": []},
     ],
 }
 
 
 def witness_settings(work: Path) -> FleetSettings:
+    from sandbox.imds.identity import DEFAULT_SUBSCRIPTION
+
+    extra = {"APPROVAL_RESULT_TIMEOUT_SECONDS": str(RESULT_TIMEOUT),
+             # every simulated VM is opted in to the platform feed (infra's scopes are the VMs' subscriptions
+             # or resource groups)
+             "PLATFORM_CONFIRM_SCOPES": f"/subscriptions/{DEFAULT_SUBSCRIPTION}",
+             "PLATFORM_CONFIRM_GRACE_SECONDS": str(CONFIRM_GRACE)}
     return FleetSettings(work=work, vms=WITNESS_VMS, policy=dict(WITNESS_POLICY), hook_seconds=DRAIN_SECONDS,
-                         platform_feed=True, arm=True, central_instances=1,
-                         central_extra={"APPROVAL_RESULT_TIMEOUT_SECONDS": str(RESULT_TIMEOUT)})
+                         platform_feed=True, arm=True, central_instances=1, central_extra=extra)
 
 
 @dataclass
@@ -65,6 +82,7 @@ class WitnessScene:
     spec: Dict[str, Any]
     event_id: str = ""
     created: Dict[str, Any] = field(default_factory=dict)
+    real_id: str = ""  # w4: vm-n's real Reboot, played while the made-up one is open
 
 
 def scenes() -> List[WitnessScene]:
@@ -75,6 +93,9 @@ def scenes() -> List[WitnessScene]:
                      {"eventType": "Reboot", "resources": ["vm-d"], "startedSeconds": 15}),
         WitnessScene("w3", "a Freeze of vm-e, cancelled by Azure while vm-e's forwarder is frozen",
                      {"eventType": "Freeze", "resources": ["vm-e"], "durationInSeconds": 120}),
+        WitnessScene("w4", "vm-m's forwarder makes up a Reboot of vm-m and vm-n that Azure never emitted",
+                     {"eventType": "Reboot", "status": "Started", "resources": ["vm-m", "vm-n"],
+                      "audience": ["vm-m"], "madeUp": True, "startedSeconds": 200}),
     ]
 
 
@@ -102,6 +123,8 @@ def play(fleet: Fleet, plan: List[WitnessScene], say: Callable[[str], None] = pr
             killed_at = _kill_mid_drain(fleet, scene, deadline, say, t0)
         if scene.key == "w3":
             _cancel_while_frozen(fleet, scene, deadline, say, t0)
+        if scene.key == "w4":
+            _real_event_beside_a_made_up_one(fleet, scene, deadline, say, t0)
         while time.monotonic() < deadline:
             if fleet.imds.event(scene.event_id)["state"] in ("Completed", "Cancelled") and _central_ended(
                     fleet, scene.event_id):
@@ -156,10 +179,27 @@ def _cancel_while_frozen(fleet: Fleet, scene: WitnessScene, deadline: float, say
         os.kill(fleet.forwarders["vm-e"].pid, signal.SIGCONT)
 
 
+def _real_event_beside_a_made_up_one(fleet: Fleet, scene: WitnessScene, deadline: float,
+                                     say: Callable[[str], None], t0: float) -> None:
+    """Wait until central alerts the made-up event as unconfirmed, then schedule vm-n's real Reboot and wait
+    until the fabric started it."""
+    assert fleet.imds is not None
+    key = f"{scene.event_id}:unconfirmed"
+    while time.monotonic() < deadline and not any(a["body"].get("key") == key for a in webhook_alerts(fleet)):
+        time.sleep(0.5)
+    say(f"+{time.time() - t0:5.1f}s  scene w4: central alerted it unconfirmed (Azure never emitted it)")
+    real = fleet.imds.add_event(eventType="Reboot", resources=["vm-n"], startedSeconds=15)
+    scene.real_id = real["eventId"]
+    say(f"+{time.time() - t0:5.1f}s  scene w4: a real Reboot of vm-n (EventId {scene.real_id[:8]}) while "
+        "the made-up one is still open")
+    while time.monotonic() < deadline and fleet.imds.event(scene.real_id)["state"] == "Scheduled":
+        time.sleep(0.5)
+
+
 def collect(fleet: Fleet, plan: List[WitnessScene], killed_at: Optional[float]) -> WitnessEvidence:
     assert fleet.imds is not None
     return WitnessEvidence(
-        sim_events={s.event_id: fleet.imds.event(s.event_id) for s in plan if s.event_id},
+        sim_events={i: fleet.imds.event(i) for s in plan for i in (s.event_id, s.real_id) if i},
         posts=[p for p in fleet.imds.requests(method="POST") if "scheduledevents" in p.get("path", "")],
         arm_calls=list(fleet.imds.admin("GET", "/arm")["calls"]),
         alerts=webhook_alerts(fleet),
@@ -221,9 +261,36 @@ def check(plan: List[WitnessScene], ev: WitnessEvidence) -> List[Check]:
     ender = next((h for h in history if h.get("status") == "Cancelled"), {})
     add("w3", "the platform's witness ended it (vm-e's forwarder could not unlist it)",
         ender.get("witness") == "platform", f"history {history}")
+    out += _check_made_up(by_key["w4"], ev)
     keys = Counter(a["body"].get("key") for a in ev.alerts)
     add("*", "no alert delivered twice", all(n == 1 for n in keys.values()),
         f"{ {k: n for k, n in keys.items() if n > 1} }")
+    return out
+
+
+def _check_made_up(scene: WitnessScene, ev: WitnessEvidence) -> List[Check]:
+    out: List[Check] = []
+
+    def add(what: str, ok: Any, detail: str = "") -> None:
+        out.append(Check("w4", what, bool(ok), "" if ok else detail))
+
+    made_up = next((r for r in ev.tables["Events"] if r.get("EventId") == scene.event_id), {})
+    add("central recorded the made-up event from vm-m alone, no platform witness",
+        made_up and not get_json(made_up, "Platform", {}) and list(get_json(made_up, "ReportedBy", {}))
+        == ["vm-m"], f"row {bool(made_up)}, reported by {list(get_json(made_up, 'ReportedBy', {}) or {})}")
+    unconfirmed = [a for a in ev.alerts if a["body"].get("key") == f"{scene.event_id}:unconfirmed"]
+    add("one 'unconfirmed' alert for it", len(unconfirmed) == 1, f"{len(unconfirmed)} alerts")
+    real = ev.sim_events.get(scene.real_id, {})
+    made = ev.sim_events.get(scene.event_id, {})
+    decisions = [r for r in ev.tables["Decisions"] if r.get("EventId") == scene.real_id]
+    states = [r.get("State") for r in decisions if r.get("Action") != "result"]
+    add("vm-n's real Reboot: approved by the budget rule, never waiting for the budget",
+        scene.real_id and "waiting-budget" not in states and "approving" in states
+        and real.get("approvedBy") == ["vm-n"], f"decisions {states}, approvedBy {real.get('approvedBy')}")
+    started, gone = _when(real.get("startedAt")), _when(made.get("goneAt"))
+    add("...while the made-up event was still open (it held no budget)",
+        started is not None and gone is not None and started < gone,
+        f"real started {real.get('startedAt')}, made-up gone {made.get('goneAt')}")
     return out
 
 

@@ -107,6 +107,8 @@ class ArmStandIn:
             event = self.fabric.get_event(event_id)
         except UnknownEvent:
             return ("NotFound", f"no scheduled event {event_id}")
+        if event.made_up:
+            return ("NotFound", f"no scheduled event {event_id}")  # Azure never knew it
         owners = [vm for vm in event.audience if self._owns(kind, name, vm)]
         if not owners:
             return ("NotFound", f"{event_id} is not an event of {kind}/{name}")
