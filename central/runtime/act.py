@@ -30,7 +30,6 @@ from central.telemetry import metrics
 
 from . import arm_approvals
 from .approval_queue import ApprovalSender
-from .arm import Ack
 from .evaluator import ToSend
 from .results import BatchResult
 from .webhook import WebhookAlerter
@@ -107,7 +106,7 @@ class Actor:
             metrics.approval_sent(event_id=item.event_id, event_type=rec.event_type if rec else "",
                                   vm_id=attempt.vm_id, first_seen=rec.first_seen if rec else None,
                                   sent_at=now)
-        acks = self._call_arm(arm_items, now, result)
+        acks = arm_approvals.carry_out(self.arm, arm_items, self._active, self.logs, now, result)
         if done or failed or acks or skipped:
             self._update_many(
                 [*done, *failed, *acks, *skipped],
@@ -115,37 +114,9 @@ class Actor:
                 lambda r: self._settle(r, done, failed, acks, skipped, now),
             )
 
-    def _call_arm(self, items: List[Tuple[str, Approval]], now: datetime,
-                  result: BatchResult) -> Dict[str, Tuple[int, Ack]]:
-        if not items:
-            return {}
-        if self.arm is None:
-            log.error("ARM approvals committed for %s but central has no ARM client",
-                      ", ".join(e for e, _ in items))
-            return {}
-        answers = self.arm.call(items)
-        out: Dict[str, Tuple[int, Ack]] = {}
-        for event_id, attempt in items:
-            ack = answers.get(event_id)
-            if ack is None:
-                continue
-            out[event_id] = (attempt.attempt, ack)
-            rec = self._active(event_id)
-            kind = arm_approvals.outcome(ack)
-            if kind == "approved":
-                result.approvals_sent += 1
-                metrics.approval_sent(event_id=event_id, event_type=rec.event_type if rec else "",
-                                      vm_id="arm", first_seen=rec.first_seen if rec else None, sent_at=now)
-            else:
-                result.errors.append(f"ARM approval for {event_id}: HTTP {ack.status} {ack.code}"[:500])
-                log.error("ARM approval of %s at %s: HTTP %s %s %s (%s)", event_id, attempt.vm_name,
-                          ack.status, ack.code, ack.message, kind)
-            if rec is not None:
-                self.logs.stage("Decisions", arm_approvals.result_row(rec, attempt, ack, now))
-        return out
-
     def _settle(self, rec: EventRecord, done: Dict[str, int], failed: Dict[str, int],
-                acks: Dict[str, Tuple[int, Ack]], skipped: Dict[str, int], now: datetime) -> bool:
+                acks: Dict[str, Tuple[int, arm_approvals.Ack]], skipped: Dict[str, int],
+                now: datetime) -> bool:
         if rec.event_id in done:
             return _mark_sent(rec, done[rec.event_id])
         if rec.event_id in failed:

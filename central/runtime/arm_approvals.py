@@ -32,8 +32,11 @@ from central.model.owner import Owner
 from central.model.times import iso
 from central.policy.decide import ArmSend, Verdict, record
 from central.store.log_rows import day, safe_key
+from central.store.tables import TableLog
+from central.telemetry import metrics
 
 from .arm import Ack, ArmAcknowledger, ArmError
+from .results import BatchResult
 
 log = logging.getLogger("central.act")
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
@@ -100,6 +103,39 @@ def unsettled(rec: EventRecord, attempt_no: int) -> bool:
         return False
     attempt = rec.approvals[attempt_no - 1]
     return attempt.via == "arm" and attempt.result in (None, "timeout")
+
+
+def carry_out(approver: Optional[ArmApprover], items: Sequence[Tuple[str, Approval]],
+              active: Callable[[str], Optional[EventRecord]], logs: TableLog, now: datetime,
+              result: BatchResult) -> Dict[str, Tuple[int, Ack]]:
+    """Call ARM for these committed attempts (their send leases held): each answer by event id, with its
+    attempt number; the Decisions `result` rows staged, the call counted and measured."""
+    if not items:
+        return {}
+    if approver is None:
+        log.error("ARM approvals committed for %s but central has no ARM client",
+                  ", ".join(e for e, _ in items))
+        return {}
+    answers = approver.call(items)
+    out: Dict[str, Tuple[int, Ack]] = {}
+    for event_id, attempt in items:
+        ack = answers.get(event_id)
+        if ack is None:
+            continue
+        out[event_id] = (attempt.attempt, ack)
+        rec = active(event_id)
+        kind = outcome(ack)
+        if kind == "approved":
+            result.approvals_sent += 1
+            metrics.approval_sent(event_id=event_id, event_type=rec.event_type if rec else "", vm_id="arm",
+                                  first_seen=rec.first_seen if rec else None, sent_at=now)
+        else:
+            result.errors.append(f"ARM approval for {event_id}: HTTP {ack.status} {ack.code}"[:500])
+            log.error("ARM approval of %s at %s: HTTP %s %s %s (%s)", event_id, attempt.vm_name, ack.status,
+                      ack.code, ack.message, kind)
+        if rec is not None:
+            logs.stage("Decisions", result_row(rec, attempt, ack, now))
+    return out
 
 
 def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Optional[dict]:
