@@ -290,6 +290,36 @@ def test_two_instances_racing_make_one_arm_call(arm_env: Env, hook: Hook, sim: I
     assert arm_calls(sim, event_id) == 1 and sim.event(event_id)["approvedBy"] == ["lone_1"]
 
 
+def test_another_instance_never_calls_while_the_recorded_call_is_under_way(arm_env: Env, hook: Hook,
+                                                                          sim: ImdsSimulator) -> None:
+    """Instance A recorded the ARM path and is calling ARM (held inside the call); B's timer decides the same
+    event meanwhile: it finds the attempt outstanding under A's lease and neither decides nor calls."""
+    event_id = fabric_event(sim, ["lone_0"])
+    first, second = arm_env.service(), arm_env.service()
+    assert first.actor.arm is not None
+    inside, release = threading.Event(), threading.Event()
+    real = first.actor.arm.call
+
+    def held(items: Any) -> Any:
+        inside.set()
+        release.wait(30)
+        return real(items)
+
+    first.actor.arm.call = held  # type: ignore[method-assign]
+    thread = threading.Thread(target=first.handle_platform_batch, args=([grid(event_id, ["lone_0"])],),
+                              kwargs={"now": T0})
+    thread.start()
+    try:
+        assert inside.wait(30), "A never reached the ARM call"
+        assert second.reevaluate(now=T0 + S) == []  # B: the attempt is A's to carry out
+        assert arm_calls(sim, event_id) == 0
+    finally:
+        release.set()
+        thread.join(timeout=60)
+    assert arm_calls(sim, event_id) == 1 and sim.event(event_id)["approvedBy"] == ["lone_0"]
+    assert [(a["attempt"], a["result"]) for a in approvals(second, event_id)] == [(1, "approved")]
+
+
 def test_an_instance_dying_between_recording_the_path_and_calling_arm(arm_env: Env, hook: Hook,
                                                                        sim: ImdsSimulator) -> None:
     event_id = fabric_event(sim, ["lone_0"])
