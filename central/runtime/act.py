@@ -4,7 +4,8 @@ Both are idempotent and crash-safe, because what to do is in the State table bef
 - an approval attempt is committed unsent (with its message), sent, then marked sent; an attempt
   still unsent CLAIM_SEND_GRACE after its commit (its instance died between commit and send) is sent
   by any instance's timer: the very message, same messageId (a VM approves an event at most once);
-  a send that fails removes the attempt again so the next evaluation retries it;
+  a send that fails removes the attempt again so the next evaluation retries it; an attempt through ARM
+  (central.runtime.arm_approvals) is the same, its "message" the acknowledge call;
 - an alert is owed (in its event's row, or its own row) from the commit that caused it until it is
   delivered or given up: at least once, with a stable idempotency key, surviving restarts. Only the
   committing instance tries at once; others wait for the lease (`nextTry`) before they try.

@@ -157,8 +157,9 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
                                    "critical", "central:arm"), now)
     key = f"{rec.event_id}:arm-refused"
     if not any(a.get("key") == key for a in rec.pending_alerts):
-        hint = (" The Function app's identity needs Scheduled Events Contributor on that resource "
-                "(se-forwarder install makes the assignment)." if ack.status in (401, 403) else "")
+        hint = (" The Function app's identity needs the role Scheduled Events Contributor "
+                "(b67fe603-310e-4889-b9ee-8257d09d353d) on that resource or its resource group."
+                if ack.status in (401, 403) else "")
         rec.pending_alerts.append(Alert(
             key, "arm-refused", "critical", f"{rec.event_type} {rec.event_id}: ARM refused the approval",
             f"{why.strip()[:1500]}.{hint} The event starts at NotBefore "
