@@ -16,13 +16,16 @@ Exactly one effective approval per event, across the queue (IMDS) and ARM paths:
 
 Answers: approved -> the event is approved (a Decisions `result` row, decidedBy as decided, the VM column
 `arm:<kind>/<name>`); throttled, 5xx or unreachable -> the attempt is taken back and the next evaluation
-tries again (as a queue send that fails); anything else (403: the role is missing; 404: not this owner's
-event) -> the approval failed: the event starts at NotBefore, with a critical `arm-refused` alert.
+tries again (as a queue send that fails; a call that could not be made at all, no token or ARM
+unreachable, pauses ARM calls for PAUSE_AFTER_FAILURE seconds rather than probing on every timer run);
+anything else (403: the role is missing; 404: not this owner's event) -> the approval failed: the event
+starts at NotBefore, with a critical `arm-refused` alert.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -40,6 +43,7 @@ from .results import BatchResult
 
 log = logging.getLogger("central.act")
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
+PAUSE_AFTER_FAILURE = 60.0  # seconds without ARM calls after one could not be made (no token, unreachable)
 
 
 def arm_attempt(event_id: str, arm: ArmSend, decided_by: str, now: datetime) -> Approval:
@@ -63,9 +67,13 @@ class ArmApprover:
     """Calls ARM for committed attempts. The client is built on first use (building central needs no
     identity; only an ARM approval does)."""
 
-    def __init__(self, factory: Callable[[], ArmAcknowledger]) -> None:
+    def __init__(self, factory: Callable[[], ArmAcknowledger], pause: float = PAUSE_AFTER_FAILURE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._factory = factory
         self._client: Optional[ArmAcknowledger] = None
+        self.pause = pause
+        self.clock = clock
+        self._paused_until = 0.0
 
     @property
     def client(self) -> ArmAcknowledger:
@@ -84,17 +92,27 @@ class ArmApprover:
             by_owner.setdefault(owner, []).append(event_id)
         out: Dict[str, Ack] = {}
         for owner, ids in by_owner.items():
-            try:
-                acks = self.client.acknowledge(owner, ids)
-            except (ArmError, ValueError) as exc:
-                log.error("ARM acknowledge at %s for %s failed: %s", owner.label(), ", ".join(ids), exc)
-                acks = [Ack(i, False, 0, "Unreachable", str(exc)[:500]) for i in ids]
-            except Exception as exc:  # noqa: BLE001 - azure-identity's own errors: retried, never raised
-                log.error("ARM acknowledge at %s: %s: %s", owner.label(), type(exc).__name__, exc)
-                acks = [Ack(i, False, 0, type(exc).__name__, str(exc)[:500]) for i in ids]
+            if self.clock() < self._paused_until:  # no token or no ARM a moment ago: do not probe again yet
+                acks = [Ack(i, False, 0, "Paused", "ARM calls paused after a failure") for i in ids]
+            else:
+                acks = self._acknowledge(owner, ids)
             for ack in acks:
                 out[ack.event_id] = ack
         return out
+
+    def _acknowledge(self, owner: Owner, ids: List[str]) -> List[Ack]:
+        try:
+            return self.client.acknowledge(owner, ids)
+        except (ArmError, ValueError) as exc:
+            problem = f"{exc}"
+        except Exception as exc:  # noqa: BLE001 - azure-identity's own errors: retried, never raised
+            problem = f"{type(exc).__name__}: {exc}"
+        # a call that could not be made at all (no token, ARM unreachable) would fail the same way on the
+        # next timer run: pause (each try may probe every credential of the chain, under the service lock)
+        self._paused_until = self.clock() + self.pause
+        log.error("ARM acknowledge at %s for %s could not be made (%s); no ARM call for %g s",
+                  owner.label(), ", ".join(ids), problem[:500], self.pause)
+        return [Ack(i, False, 0, "Unreachable", problem[:500]) for i in ids]
 
 
 def unsettled(rec: EventRecord, attempt_no: int) -> bool:

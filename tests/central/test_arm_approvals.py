@@ -419,3 +419,33 @@ def test_the_owner_without_the_feed_is_one_the_forwarders_vouch_for() -> None:
     platform = rec(["db-1", "db-2"], [])
     platform.platform = {"owner": Owner(SUB, RG, "availabilitySets", "avset").to_json()}
     assert arm_owner(platform, []) == Owner(SUB, RG, "availabilitySets", "avset")  # the feed's word wins
+
+
+def test_a_call_that_cannot_be_made_pauses_arm_calls_then_probes_again() -> None:
+    """No token (an identity not yet assigned, a developer machine): retried, but not on every timer run."""
+    from central.model.events import Approval
+    from central.model.owner import Owner
+    from central.runtime.arm import ArmAcknowledger
+    from central.runtime.arm_approvals import ArmApprover
+
+    class NoToken:  # azure-identity's failure, as a credential raises it
+        calls = 0
+
+        def get_token(self, *scopes: str) -> Any:
+            NoToken.calls += 1
+            raise RuntimeError("no managed identity here")
+
+    now = [100.0]
+    approver = ArmApprover(lambda: ArmAcknowledger(NoToken(), "http://127.0.0.1:9"), pause=60,
+                           clock=lambda: now[0])
+    call = {"owner": Owner(SUB, RG, "virtualMachines", "vm-1").to_json()}
+    item = ("E1", Approval(1, "m", "", "arm:virtualMachines/vm-1", "", "approve", "p", T0, T0, message=call,
+                           via="arm"))
+    (first,) = approver.call([item]).values()
+    assert (first.ok, first.status, NoToken.calls) == (False, 0, 1) and "no ARM token" in first.message
+    now[0] += 59
+    (second,) = approver.call([item]).values()
+    assert (second.code, NoToken.calls) == ("Paused", 1)  # not probed again within the pause
+    now[0] += 2
+    approver.call([item])
+    assert NoToken.calls == 2
