@@ -126,7 +126,8 @@ class Actor:
             return _revoke_approved(rec, skipped[rec.event_id])
         attempt_no, ack = acks[rec.event_id]
         if arm_approvals.outcome(ack) == "retry":
-            return arm_approvals.retry(rec, attempt_no)
+            self.owed.add(f"{rec.event_id}:arm-unavailable")
+            return arm_approvals.retry(rec, attempt_no, ack, now)
         if not arm_approvals.unsettled(rec, attempt_no):
             return False
         decision = arm_approvals.settle(rec, attempt_no, ack, now)

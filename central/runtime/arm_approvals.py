@@ -188,14 +188,26 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
     return decision
 
 
-def retry(rec: EventRecord, attempt_no: int) -> bool:
-    """A throttled or failed call: the attempt never happened; the next evaluation decides again."""
+def retry(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> bool:
+    """A throttled or failed call: the attempt never happened; the next evaluation decides again. The event
+    owes one `arm-unavailable` alert (the first time): until ARM answers, nobody approves it."""
     if len(rec.approvals) != attempt_no or rec.approvals[-1].via != "arm" or rec.approvals[-1].result:
         return False
-    rec.approvals.pop()
+    owner = rec.approvals.pop().vm_name[4:]
     rec.state = "new"
     rec.decision = dict(rec.decision,
                         reason=f"ARM approval {attempt_no} could not be made; retried by the timer")
+    key = f"{rec.event_id}:arm-unavailable"
+    if not any(a.get("key") == key for a in rec.pending_alerts):
+        rec.pending_alerts.append(Alert(
+            key, "arm-unavailable", "warning" if ack.status in (429, 503) else "critical",
+            f"{rec.event_type} {rec.event_id}: central cannot approve it through ARM",
+            f"The acknowledge at {owner} could not be made: HTTP {ack.status} {ack.code} {ack.message}"[:1500]
+            + ". Central tries again on its timer; no forwarder can carry the approval, so without ARM the "
+            f"event starts at NotBefore ({iso(rec.not_before) if rec.not_before else '?'}). Check "
+            "ARM_ENDPOINT and the Function app's identity.",
+            now, rec.event_id, rec.status, facts={"owner": owner, "status": ack.status, "code": ack.code},
+            next_try=now + ALERT_LEASE).to_json())
     return True
 
 

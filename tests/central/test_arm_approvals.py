@@ -256,6 +256,8 @@ def test_throttling_beyond_the_wait_is_retried_by_the_timer(arm_env: Env, hook: 
     decisions = svc.reevaluate(now=T0 + 60 * S)
     assert [d.state for d in decisions] == ["approving"]
     assert svc.event(event_id)["state"] == "approved" and sim.event(event_id)["state"] == "Started"
+    unavailable = [a for a in hook.alerts() if a.get("kind") == "arm-unavailable"]
+    assert [(a["eventId"], a["severity"]) for a in unavailable] == [(event_id, "warning")]  # said once
 
 
 # ---- exactly one effective approval ----------------------------------------------------------------------
