@@ -53,8 +53,9 @@ def timeout_cause(attempt: Approval, vm: Optional[VmState], now: datetime, liven
     whether it was ever enqueued and whether the VM's forwarder has been heard from since."""
     name, queue = attempt.vm_name, attempt.queue
     if attempt.via == "arm":
-        return (f"the ARM acknowledge at {name} was committed but never called: the instance that committed "
-                "it stopped before calling and no other took it over in time (see the Functions logs)")
+        return (f"the ARM acknowledge at {name} was never answered: ARM was unreachable or throttling (see "
+                "the arm-unavailable alert), or the instance that committed it stopped before calling and no "
+                "other took it over in time (see the Functions logs)")
     if not attempt.sent:
         return (f"the message to {name} was never enqueued: the instance that committed it stopped before "
                 "sending and no other took it over in time (see the Functions logs for a crash or a "

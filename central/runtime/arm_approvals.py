@@ -15,9 +15,10 @@ Exactly one effective approval per event, across the queue (IMDS) and ARM paths:
   from either endpoint means the event can start"), as a VM's second IMDS POST is.
 
 Answers: approved -> the event is approved (a Decisions `result` row, decidedBy as decided, the VM column
-`arm:<kind>/<name>`); throttled, 5xx or unreachable -> the attempt is taken back and the next evaluation
-tries again (as a queue send that fails; a call that could not be made at all, no token or ARM
-unreachable, pauses ARM calls for PAUSE_AFTER_FAILURE seconds rather than probing on every timer run);
+`arm:<kind>/<name>`); throttled, 5xx or unreachable -> the attempt stays unsent, its lease pushed out by
+Retry-After (at least SEND_LEASE), and any instance's timer makes the call again once it lapses (a call
+that could not be made at all, no token or ARM unreachable, also pauses this instance's ARM calls for
+PAUSE_AFTER_FAILURE seconds); one `arm-unavailable` alert per event;
 anything else (403: the role is missing; 404: not this owner's event) -> the approval failed: the event
 starts at NotBefore, with a critical `arm-refused` alert.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from central.model.alert import ALERT_LEASE, Alert
@@ -189,14 +190,19 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
 
 
 def retry(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> bool:
-    """A throttled or failed call: the attempt never happened; the next evaluation decides again. The event
-    owes one `arm-unavailable` alert (the first time): until ARM answers, nobody approves it."""
-    if len(rec.approvals) != attempt_no or rec.approvals[-1].via != "arm" or rec.approvals[-1].result:
+    """A throttled call, or one that could not be made: the attempt stays recorded and unsent, its send lease
+    pushed out (Retry-After, at least SEND_LEASE): any instance's timer makes the very call again once the
+    lease lapses (Actor.resend_stale), and the event is not decided again meanwhile. The event owes one
+    `arm-unavailable` alert (the first time): until ARM answers, nobody approves it."""
+    if len(rec.approvals) < attempt_no:
         return False
-    owner = rec.approvals.pop().vm_name[4:]
-    rec.state = "new"
-    rec.decision = dict(rec.decision,
-                        reason=f"ARM approval {attempt_no} could not be made; retried by the timer")
+    attempt = rec.approvals[attempt_no - 1]
+    if attempt.via != "arm" or attempt.sent or attempt.result is not None or attempt.message is None:
+        return False
+    owner = attempt.vm_name[4:]
+    attempt.lease_until = now + max(SEND_LEASE, timedelta(seconds=ack.retry_after or 0))
+    rec.decision = dict(rec.decision, reason=f"ARM approval {attempt_no} could not be made "
+                        f"(HTTP {ack.status} {ack.code}); made again from {iso(attempt.lease_until)}")
     key = f"{rec.event_id}:arm-unavailable"
     if not any(a.get("key") == key for a in rec.pending_alerts):
         rec.pending_alerts.append(Alert(

@@ -251,10 +251,12 @@ def test_throttling_beyond_the_wait_is_retried_by_the_timer(arm_env: Env, hook: 
     svc = arm_env.service()
     sim.admin("POST", "/arm", json={"throttle": 1, "retryAfter": 45})  # longer than the client waits
     result = svc.handle_platform_batch([grid(event_id, ["lone_0"])], now=T0)
-    assert result.approvals_sent == 0 and approvals(svc, event_id) == []  # taken back, not failed
+    (attempt,) = approvals(svc, event_id)
+    assert result.approvals_sent == 0 and (attempt["sent"], attempt["result"]) == (False, None)  # not failed
     assert sim.event(event_id)["state"] == "Scheduled"
-    decisions = svc.reevaluate(now=T0 + 60 * S)
-    assert [d.state for d in decisions] == ["approving"]
+    assert svc.reevaluate(now=T0 + 40 * S) == [] and arm_calls(sim, event_id) == 0  # Retry-After: 45 s
+    assert svc.reevaluate(now=T0 + 46 * S) == []  # the very attempt is made again: no new decision
+    assert [(a["attempt"], a["result"]) for a in approvals(svc, event_id)] == [(1, "approved")]
     assert svc.event(event_id)["state"] == "approved" and sim.event(event_id)["state"] == "Started"
     unavailable = [a for a in hook.alerts() if a.get("kind") == "arm-unavailable"]
     assert [(a["eventId"], a["severity"]) for a in unavailable] == [(event_id, "warning")]  # said once
