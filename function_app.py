@@ -158,8 +158,8 @@ def event(req: func.HttpRequest) -> func.HttpResponse:
 def decide(req: func.HttpRequest) -> func.HttpResponse:
     """approve | hold | release one event by hand, signed in with the Operator role. Body:
     {"reason": "..."} and, for approve, optionally "hook": true (the VM runs its pre-approve hook, e.g. a
-    drain, first). Who decided is the signed-in principal (name and object id); a body "operator" is
-    only a note."""
+    drain, first) or "via": "arm" (central approves through ARM, no VM involved). Who decided is the
+    signed-in principal (name and object id); a body "operator" is only a note."""
     who = _caller(req, "decide")
     return who if isinstance(who, func.HttpResponse) else _decision(req, who)
 
@@ -189,6 +189,7 @@ def _decision(req: func.HttpRequest, who: Any) -> func.HttpResponse:
         return _error("the body must be a JSON object", 400)
     reason = str(body.get("reason") or "").strip()
     hook = body.get("hook", False)
+    via = body.get("via", "queue")
     action = req.route_params["action"].lower()
     if action not in ("approve", "hold", "release"):
         return _error(f"unknown action {action!r}: approve | hold | release", 404)
@@ -196,10 +197,12 @@ def _decision(req: func.HttpRequest, who: Any) -> func.HttpResponse:
         return _error("a reason is required", 400)
     if not isinstance(hook, bool):
         return _error('"hook" must be true or false', 400)
+    if via not in ("queue", "arm"):
+        return _error('"via" must be "queue" (the VM\'s forwarder, default) or "arm"', 400)
     note = who.note_from(body)
     try:
         outcome = central().decide(req.route_params["event_id"], action, who.decided_by,
-                                   f"{reason} {note}" if note else reason, hook=hook)
+                                   f"{reason} {note}" if note else reason, hook=hook, via=via)
     except LookupError as exc:
         return _error(str(exc), 404)
     except ValueError as exc:

@@ -33,42 +33,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from central.model.envelope import BadEnvelope
+from central.model.owner import Owner, owner_of
 from central.model.times import parse
 
 EMITTED = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
 STATUSES = {"scheduled": "Scheduled", "started": "Started", "completed": "Completed", "canceled": "Cancelled",
             "cancelled": "Cancelled"}
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-OWNER_KINDS = {"virtualmachines": "virtualMachines", "virtualmachinescalesets": "virtualMachineScaleSets",
-               "availabilitysets": "availabilitySets"}
 MAX_BODY = 1_000_000  # bytes of one hub message (Event Hubs' own limit is 1 MiB)
 MAX_EVENTS_PER_BODY = 500
 MAX_RESOURCES = 1000
-_OWNER = re.compile(
-    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute/"
-    r"(?P<kind>[^/]+)/(?P<name>[^/]+)(/.*)?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The Compute resource that owns the scheduled event (where ARM acknowledges it)."""
-
-    subscription: str
-    resource_group: str
-    kind: str  # virtualMachines | virtualMachineScaleSets | availabilitySets
-    name: str
-
-    def to_json(self) -> Dict[str, str]:
-        return {"subscription": self.subscription, "resourceGroup": self.resource_group, "kind": self.kind,
-                "name": self.name}
-
-
 @dataclass(frozen=True)
 class PlatformEvent:
     grid_id: str  # the Event Grid event's id: a redelivery carries the same one
@@ -168,16 +147,6 @@ def parse_event(item: Any) -> Parsed:
         duration=duration, description=str(p.get("description") or "")[:4096],
         event_source=str(p.get("eventsource") or "Platform")[:40], owner=owner_of(owner_id),
         event_time=parse(time_text) if isinstance(time_text, str) else None, raw=item)
-
-
-def owner_of(resource_id: Any) -> Optional[Owner]:
-    """data.resourceInfo.id -> the Compute resource that owns the event (None: not a Compute path)."""
-    if not isinstance(resource_id, str):
-        return None
-    m = _OWNER.match(resource_id)
-    if m is None or m["kind"].lower() not in OWNER_KINDS:
-        return None
-    return Owner(m["sub"], m["rg"], OWNER_KINDS[m["kind"].lower()], m["name"])
 
 
 def bad(text: str, message: str, grid_id: Any = None) -> BadEnvelope:

@@ -46,6 +46,9 @@ class Approval:
     # never sent again (an operator held the event): it may still be in the VM's queue (its sender may
     # have died between the send and recording it), so it stays outstanding until it expires
     revoked: bool = False
+    # how it is carried out: "queue" (the leader VM's forwarder POSTs to IMDS) or "arm" (central acknowledges
+    # through ARM at the owning Compute resource: vm_name is "<kind>/<name>", message the call, vm_id "")
+    via: str = "queue"
 
     def may_send(self, now: datetime) -> bool:
         """The lease holder may enqueue the message now (unsent, not revoked, lease not about to end)."""
@@ -84,6 +87,7 @@ class Approval:
             **({"message": self.message} if self.message is not None and not self.sent else {}),
             **({"leaseUntil": iso(self.lease_until)} if self.lease_until and not self.sent else {}),
             **({"revoked": True} if self.revoked else {}),
+            **({"via": self.via} if self.via != "queue" else {}),
         }
 
     @classmethod
@@ -104,6 +108,7 @@ class Approval:
             d.get("message"),
             parse(d.get("leaseUntil")),
             bool(d.get("revoked", False)),
+            str(d.get("via") or "queue"),
         )
 
 

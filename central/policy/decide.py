@@ -16,12 +16,15 @@ from datetime import datetime, timedelta
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from central.model.events import EventRecord
+from central.model.owner import Owner
 from central.model.times import iso
 from central.model.vms import VmState
 
+from .arm_route import agentless, arm_owner, platform_vms
 from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
 from .document import Policy, window_wait
-from .leader import elect, timeout_cause
+from .leader import elect, fresh, timeout_cause
+from .verdict import NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
 from .witness import WitnessRules, counted
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
@@ -117,34 +120,6 @@ class FleetView:
         return {vm for vm, events in members.items() if events - {event_id}}
 
 
-@dataclass(frozen=True)
-class Send:
-    """Send approval attempt `attempt` to `leader`: the message's action and expiry."""
-
-    leader: VmState
-    message_action: str  # approve | hook-then-approve
-    expires_at: datetime
-    attempt: int
-
-
-@dataclass(frozen=True)
-class Verdict:
-    kind: str  # "none" (nothing new) | "record" (a decision, no message) | "send" (a decision + approval)
-    action: str = (
-        ""  # approve | approve-after-hook | approve-in-window | hold | failover | expired | operator-*
-    )
-    state: str = ""  # the event's state after it (registry.EventRecord.state)
-    rule: str = ""
-    reason: str = ""
-    severity: str = "info"
-    decided_by: str = ""
-    send: Optional[Send] = None
-    timed_out: bool = False  # the outstanding attempt passed its expiry without a result
-    alert: str = ""  # "no-leader": the event owes a critical alert
-    timeout_cause: str = ""  # timed_out: the likely cause, for the approval-timeout alert
-
-
-NOTHING = Verdict("none")
 
 
 def impacting(event: EventRecord, now: datetime) -> bool:
@@ -208,6 +183,8 @@ def _by_policy(
     event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
 ) -> Verdict:
     vms = fleet.vms_of(event)
+    if agentless(event, vms):  # the platform's facts stand in for the forwarders' (arm_route says which)
+        vms = platform_vms(event)
     rule = policy.rule_for(event.event_type, event.event_source, event.duration, vms)
     by = f"policy:{rule.name}"
     last = event.approvals[-1] if event.approvals else None
@@ -292,17 +269,19 @@ def approval(
     action: str,
     severity: str,
     timed_out: bool = False,
+    via_arm: bool = False,
 ) -> Verdict:
-    """Send the next attempt to the elected leader, or say why none can go."""
+    """Send the next attempt to the elected leader, or through ARM when no forwarder can carry it (or
+    `via_arm`: an operator asked), or say why none can go."""
     rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
     out = event.outstanding
-    leader = elect(
-        event,
-        dict(fleet.vms_by_name),
-        now,
-        config.liveness,
-        {out.vm_id} if timed_out and out is not None else frozenset(),
-    )
+    timed = {out.vm_id} if timed_out and out is not None else frozenset()
+    leader = elect(event, dict(fleet.vms_by_name), now, config.liveness, timed)
+    if via_arm or leader is None or not fresh(event, leader, timed):
+        owner = arm_owner(event, fleet.vms_of(event))
+        if owner is not None:
+            return _through_arm(event, fleet, owner, now, config, msg_action, by, why, action, severity,
+                                timed_out, leader, via_arm)
     if leader is None:
         return Verdict(
             "record",
@@ -349,64 +328,43 @@ def approval(
     )
 
 
-def is_new(event: EventRecord, verdict: Verdict) -> bool:
-    """A verdict is a new decision unless it repeats the event's last one (the timer re-evaluates
-    every few minutes; an unchanged verdict is not a new decision)."""
-    if verdict.kind == "send":
-        return True
-    if verdict.kind == "none":
-        return False
-    return not (event.state == verdict.state and event.decision.get("reason") == verdict.reason)
-
-
-def shadow_record(event: EventRecord, verdict: Verdict, now: datetime) -> Optional[dict]:
-    """A shadow policy's verdict as the event records it (never acted on); None when it says nothing new
-    (nothing to decide, or the same as the shadow's last verdict)."""
-    if verdict.kind == "none":
-        return None
-    if event.shadow.get("state") == verdict.state and event.shadow.get("reason") == verdict.reason:
-        return None
-    send = verdict.send
-    return {
-        "action": verdict.action,
-        "state": verdict.state,
-        "rule": verdict.rule,
-        "reason": verdict.reason,
-        "severity": verdict.severity,
-        "decidedBy": "shadow:" + verdict.decided_by.split(":", 1)[-1],
-        "at": iso(now),
-        "wouldSend": send.message_action if send else None,
-        "leaderVmName": send.leader.name if send else None,
-        "expiresAt": iso(send.expires_at) if send else None,
-    }
-
-
-def record(event: EventRecord, verdict: Verdict, now: datetime, message_id: Optional[str] = None) -> dict:
-    """Apply a decision to the event record (state, decision, sequence) and return the decision."""
-    leader = verdict.send.leader if verdict.send else None
-    event.state = verdict.state
-    event.decision_seq += 1
-    event.decision = {
-        "action": verdict.action,
-        "state": verdict.state,
-        "rule": verdict.rule,
-        "reason": verdict.reason,
-        "severity": verdict.severity,
-        "decidedBy": verdict.decided_by,
-        "at": iso(now),
-        "leaderVmId": leader.vm_id if leader else None,
-        "leaderVmName": leader.name if leader else None,
-        "messageId": message_id,
-        "expiresAt": iso(verdict.send.expires_at) if verdict.send else None,
-    }
-    return event.decision
+def _through_arm(event: EventRecord, fleet: FleetView, owner: Owner, now: datetime, config: DecideConfig,
+                 msg_action: str, by: str, why: str, action: str, severity: str, timed_out: bool,
+                 leader: Optional[VmState], via_arm: bool) -> Verdict:
+    rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
+    expires = now + config.result_timeout
+    if event.not_before is not None:
+        expires = min(expires, event.not_before)
+    if (expires - now).total_seconds() < 1:
+        return Verdict("record", action, "expired", rule, "too close to NotBefore to approve through ARM",
+                       "info", by, timed_out=timed_out)
+    if via_arm:
+        cause = "asked for by the operator"
+    elif agentless(event, fleet.vms_of(event)):
+        cause = "no VM in Resources has a forwarder (agentless)"
+    elif leader is None:
+        cause = "failover ran out: no live forwarder among Resources " + ", ".join(event.resources[:10])
+    else:
+        cause = "failover ran out: every live forwarder among Resources already had a try"
+    attempt = len(event.approvals) + 1
+    reason = f"{why}; approval {attempt} through ARM at {owner.label()} ({cause})"
+    if msg_action == "hook-then-approve":
+        reason += "; no pre-approve hook runs (ARM approves without the VM)"
+    if action == "failover" and event.approvals:
+        prev = event.approvals[-1]
+        reason = f"{prev.vm_name} gave no result ({prev.result or 'timeout'}); " + reason
+    return Verdict("send", action, "approving", rule, reason, severity, by, None, timed_out=timed_out,
+                   arm=ArmSend(owner, expires, attempt))
 
 
 __all__ = [
+    "NOTHING",
+    "ArmSend",
     "DecideConfig",
     "FleetView",
     "Send",
     "Verdict",
+    "arm_label",
     "decide",
     "impacting",
     "is_new",

@@ -42,10 +42,20 @@ def elect(
     return None
 
 
+def fresh(event: EventRecord, vm: VmState, timed_out: AbstractSet[str] = frozenset()) -> bool:
+    """`vm` has not failed this event yet (elect's first round): once none is, the failover among the named
+    VMs has run out and ARM may take over (central.policy.arm_route)."""
+    return vm.vm_id not in ({a.vm_id for a in event.approvals if a.result in FAILED} | set(timed_out))
+
+
 def timeout_cause(attempt: Approval, vm: Optional[VmState], now: datetime, liveness: timedelta) -> str:
     """Why an approval message most likely went unanswered until it expired, from what central knows:
     whether it was ever enqueued and whether the VM's forwarder has been heard from since."""
     name, queue = attempt.vm_name, attempt.queue
+    if attempt.via == "arm":
+        return (f"the ARM acknowledge at {name} was never answered: ARM was unreachable or throttling (see "
+                "the arm-unavailable alert), or the instance that committed it stopped before calling and no "
+                "other took it over in time (see the Functions logs)")
     if not attempt.sent:
         return (f"the message to {name} was never enqueued: the instance that committed it stopped before "
                 "sending and no other took it over in time (see the Functions logs for a crash or a "

@@ -23,11 +23,11 @@ def decider(operator: str) -> str:
 
 def operator_approve(
     event: EventRecord, fleet: FleetView, now: datetime, config: DecideConfig, operator: str, reason: str,
-    hook: bool = False,
+    hook: bool = False, via_arm: bool = False,
 ) -> Verdict:
     """An operator's approve: now, to the elected leader, windows and budgets aside; `hook`: the VM runs its
-    pre-approve hook (drain) first. kind "none" when an approval is already outstanding (the hold, if any,
-    is lifted). Check `unapprovable` first."""
+    pre-approve hook (drain) first; `via_arm`: through ARM instead (no VM, no hook). kind "none" when an
+    approval is already outstanding (the hold, if any, is lifted). Check `unapprovable` first."""
     if event.outstanding is not None and now < event.outstanding.expires_at:
         return NOTHING
     by = decider(operator)
@@ -42,6 +42,7 @@ def operator_approve(
         "operator-approve",
         "warning",
         timed_out=event.outstanding is not None,
+        via_arm=via_arm,
     )
 
 

@@ -4,7 +4,8 @@ Both are idempotent and crash-safe, because what to do is in the State table bef
 - an approval attempt is committed unsent (with its message), sent, then marked sent; an attempt
   still unsent CLAIM_SEND_GRACE after its commit (its instance died between commit and send) is sent
   by any instance's timer: the very message, same messageId (a VM approves an event at most once);
-  a send that fails removes the attempt again so the next evaluation retries it;
+  a send that fails removes the attempt again so the next evaluation retries it; an attempt through ARM
+  (central.runtime.arm_approvals) is the same, its "message" the acknowledge call;
 - an alert is owed (in its event's row, or its own row) from the commit that caused it until it is
   delivered or given up: at least once, with a stable idempotency key, surviving restarts. Only the
   committing instance tries at once; others wait for the lease (`nextTry`) before they try.
@@ -21,13 +22,14 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from azure.core.exceptions import AzureError
 
 from central.model.alert import ALERT_LEASE, Alert, Delivery
-from central.model.events import SEND_LEASE, SEND_MARGIN, EventRecord
+from central.model.events import SEND_LEASE, SEND_MARGIN, Approval, EventRecord
 from central.model.times import iso
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
+from . import arm_approvals
 from .approval_queue import ApprovalSender
 from .evaluator import ToSend
 from .results import BatchResult
@@ -55,20 +57,26 @@ MAX_TRIES = 8
 
 class Actor:
     def __init__(
-        self, state: FleetState, logs: TableLog, sender: ApprovalSender, alerter: WebhookAlerter
+        self, state: FleetState, logs: TableLog, sender: ApprovalSender, alerter: WebhookAlerter,
+        arm: Optional[arm_approvals.ArmApprover] = None,
     ) -> None:
         self.state = state
         self.logs = logs
         self.sender = sender
         self.alerter = alerter
+        self.arm = arm  # ARM approvals (None: a test's central without one)
+        self.owed: Set[str] = set()  # alert keys this call made events owe (delivered at once)
 
     # ---- approvals ------------------------------------------------------------------------------
     def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
         """Send each committed attempt while its send lease holds, then mark them sent in one commit (a
         send the queue refuses removes its attempt: the next evaluation tries again). The lease is
-        checked against the time elapsed since the call began: a slow queue cannot stretch it."""
+        checked against the time elapsed since the call began: a slow queue cannot stretch it. ARM
+        attempts (central.runtime.arm_approvals) are called after the queue sends, one call per owner."""
         done: Dict[str, int] = {}
         failed: Dict[str, int] = {}
+        arm_items: List[Tuple[str, Approval]] = []
+        skipped: Dict[str, int] = {}
         started = time.monotonic()
         for item in todo:
             rec = self._active(item.event_id)
@@ -80,6 +88,12 @@ class Actor:
                 if not attempt.sent and attempt.result is None:
                     log.warning("approval %d of %s: its send lease lapsed before the send; the timer "
                                 "takes it over", item.attempt, item.event_id)
+                continue
+            if attempt.via == "arm":
+                if arm_approvals.approved_elsewhere(rec, item.attempt):  # type: ignore[arg-type]
+                    skipped[item.event_id] = item.attempt
+                else:
+                    arm_items.append((item.event_id, attempt))
                 continue
             try:
                 self.sender.send(attempt.message, now, attempt.expires_at)
@@ -93,14 +107,35 @@ class Actor:
             metrics.approval_sent(event_id=item.event_id, event_type=rec.event_type if rec else "",
                                   vm_id=attempt.vm_id, first_seen=rec.first_seen if rec else None,
                                   sent_at=now)
-        if done or failed:
+        acks = arm_approvals.carry_out(self.arm, arm_items, self._active, self.logs, now, result)
+        if done or failed or acks or skipped:
             self._update_many(
-                [*done, *failed],
+                [*done, *failed, *acks, *skipped],
                 now,
-                lambda r: (
-                    _mark_sent(r, done[r.event_id]) if r.event_id in done else _unsend(r, failed[r.event_id])
-                ),
+                lambda r: self._settle(r, done, failed, acks, skipped, now),
             )
+
+    def _settle(self, rec: EventRecord, done: Dict[str, int], failed: Dict[str, int],
+                acks: Dict[str, Tuple[int, arm_approvals.Ack]], skipped: Dict[str, int],
+                now: datetime) -> bool:
+        if rec.event_id in done:
+            return _mark_sent(rec, done[rec.event_id])
+        if rec.event_id in failed:
+            return _unsend(rec, failed[rec.event_id])
+        if rec.event_id in skipped:
+            return _revoke_approved(rec, skipped[rec.event_id])
+        attempt_no, ack = acks[rec.event_id]
+        if arm_approvals.outcome(ack) == "retry":
+            self.owed.add(f"{rec.event_id}:arm-unavailable")
+            return arm_approvals.retry(rec, attempt_no, ack, now)
+        if not arm_approvals.unsettled(rec, attempt_no):
+            return False
+        decision = arm_approvals.settle(rec, attempt_no, ack, now)
+        if decision is not None:
+            self.owed.add(f"{rec.event_id}:arm-refused")
+            self.logs.stage("Decisions", logrows.decision_entity(rec.event_id, rec.event_type,
+                                                                 rec.decision_seq, decision, now))
+        return True
 
     def resend_stale(self, now: datetime, result: BatchResult) -> None:
         """Attempts committed but never sent whose send lease lapsed (their instance died, or was too
@@ -291,6 +326,14 @@ def _mark_sent(rec: EventRecord, attempt: int) -> bool:
                   attempt, rec.event_id)
     rec.approvals[attempt - 1].sent = True
     rec.approvals[attempt - 1].message = None
+    return True
+
+
+def _revoke_approved(rec: EventRecord, attempt: int) -> bool:
+    """An ARM attempt not called because another attempt approved the event meanwhile."""
+    if len(rec.approvals) < attempt or rec.approvals[attempt - 1].sent or rec.approvals[attempt - 1].revoked:
+        return False
+    rec.approvals[attempt - 1].revoked, rec.approvals[attempt - 1].message = True, None
     return True
 
 

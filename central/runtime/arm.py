@@ -29,27 +29,16 @@ from urllib.parse import quote
 
 import requests
 
+from central.model.owner import Owner
+
 DEFAULT_ENDPOINT = "https://management.azure.com"
 DEFAULT_API_VERSION = "2025-11-01"
 SCOPE = "https://management.azure.com/.default"
-KINDS = ("virtualMachines", "virtualMachineScaleSets", "availabilitySets")
 TIMEOUT = 15.0
 MAX_WAIT = 30.0  # seconds spent in Retry-After waits per call, at most
 
 
-@dataclass(frozen=True)
-class Target:
-    subscription: str
-    resource_group: str
-    kind: str  # virtualMachines | virtualMachineScaleSets | availabilitySets
-    name: str
-
-    def path(self) -> str:
-        if self.kind not in KINDS:
-            raise ValueError(f"ARM acknowledges events of {', '.join(KINDS)}, not {self.kind!r}")
-        return (f"/subscriptions/{quote(self.subscription)}/resourceGroups/{quote(self.resource_group)}"
-                f"/providers/Microsoft.Compute/{self.kind}/{quote(self.name)}/providers/Microsoft.Maintenance"
-                "/scheduledevents")
+Target = Owner  # one record with the platform feed's owner (central.model.owner)
 
 
 @dataclass(frozen=True)
@@ -79,6 +68,10 @@ class ArmAcknowledger:
         self.session = session or requests.Session()
         self.max_wait = max_wait
         self.sleep = sleep
+        # the token's audience is the cloud's ARM (management.usgovcloudapi.net, ...); a local stand-in (http)
+        # takes public ARM's, as its tokens say
+        public = self.endpoint.startswith("http://") or self.endpoint == DEFAULT_ENDPOINT
+        self.scope = SCOPE if public else f"{self.endpoint}/.default"
 
     def acknowledge(self, target: Target, event_ids: Sequence[str]) -> List[Ack]:
         """Approve these events of one owner (one call: single for one id, list for more)."""
@@ -97,7 +90,7 @@ class ArmAcknowledger:
         waited = 0.0
         while True:
             try:
-                token = self.credential.get_token(SCOPE).token
+                token = self.credential.get_token(self.scope).token
             except Exception as exc:  # noqa: BLE001 - azure-identity raises its own types; the caller alerts
                 raise ArmError(f"no ARM token: {type(exc).__name__}: {str(exc)[:300]}") from None
             try:

@@ -37,6 +37,7 @@ from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
+from .arm_approvals import arm_attempt
 from .results import BatchResult, Decision
 
 log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
@@ -225,6 +226,9 @@ def apply(
                 lease_until=now + SEND_LEASE,
             )
         )
+    if verdict.kind == "send" and verdict.arm is not None:
+        # the path is chosen here, on the event row, committed under the head's If-Match before ARM is called
+        rec.approvals.append(arm_attempt(rec.event_id, verdict.arm, verdict.decided_by, now))
     decision = record(rec, verdict, now, message_id)
     if verdict.action == "operator-release":
         rec.operator_hold = False

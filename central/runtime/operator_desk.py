@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 from central.model.events import EventRecord
 from central.model.times import aware
+from central.policy.arm_route import arm_owner
 from central.policy.decide import DecideConfig, FleetView, unapprovable
 from central.policy.operator_verdicts import (
     OPERATOR_ACTIONS,
@@ -47,18 +48,23 @@ class OperatorDesk:
 
     def decide(
         self, event_id: str, action: str, operator: str, reason: str,
-        now: Optional[datetime] = None, hook: bool = False,
+        now: Optional[datetime] = None, hook: bool = False, via: str = "queue",
     ) -> Dict[str, Any]:
         """An operator's decision, binding on every instance from the moment this returns (committed under
         the head like every decision), logged and alerted: "approve" (now, to the elected leader; windows
-        and budgets do not apply; `hook`: the VM drains first), "hold" (no automatic approval until an
-        operator releases or approves it) or "release" (the policy decides it again at once)."""
+        and budgets do not apply; `hook`: the VM drains first; `via` "arm": through ARM at the event's owning
+        resource, no VM involved), "hold" (no automatic approval until an operator releases or approves it)
+        or "release" (the policy decides it again at once)."""
         if action not in OPERATOR_ACTIONS:
             raise InvalidRequest(f"action must be one of {', '.join(OPERATOR_ACTIONS)}, not {action!r}")
         if not operator.strip():
             raise InvalidRequest("operator is required (who decides)")
         if hook and action != "approve":
             raise InvalidRequest('"hook" goes with approve only')
+        if via not in ("queue", "arm"):
+            raise InvalidRequest(f'"via" must be "queue" or "arm", not {via!r}')
+        if via == "arm" and (action != "approve" or hook):
+            raise InvalidRequest('"via": "arm" goes with approve only, without "hook" (ARM runs no hook)')
         with self._lock:
             now = aware(now)
             result = BatchResult()
@@ -70,7 +76,7 @@ class OperatorDesk:
                     raise UnknownEvent(f"no event {event_id!r} is known to central")
                 event_id = rec.event_id
                 mine = copy.deepcopy(rec)
-                verdict = self._operator_verdict(mine, active, action, who, why, hook, now)
+                verdict = self._operator_verdict(mine, active, action, who, why, hook, now, via)
                 owed: set = set()
                 decision = apply(mine, verdict, now, owed)
                 if decision is not None:
@@ -106,7 +112,7 @@ class OperatorDesk:
             return self.state.active[event_id][0].view() if event_id in self.state.active else mine.view()
 
     def _operator_verdict(self, mine: EventRecord, active: bool, action: str, who: str,
-                          why: str, hook: bool, now: datetime) -> Any:
+                          why: str, hook: bool, now: datetime, via: str = "queue") -> Any:
         if not active or mine.ended:
             raise InvalidRequest(f"cannot {action} {mine.event_id}: it has ended ({mine.status})")
         if action == "hold":
@@ -123,5 +129,8 @@ class OperatorDesk:
         fleet = self.evaluator.view(now, [mine])
         view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known,
                          fleet.rules)
-        return operator_approve(mine, view, now, self.config, who, why, hook)
+        if via == "arm" and arm_owner(mine, view.vms_of(mine)) is None:
+            raise InvalidRequest(f"cannot approve {mine.event_id} through ARM: its owning resource is not "
+                                 "known (no platform feed for it, and no forwarder of its VMs reported it)")
+        return operator_approve(mine, view, now, self.config, who, why, hook, via_arm=via == "arm")
 

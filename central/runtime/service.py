@@ -16,6 +16,8 @@ import threading
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+import requests
+
 from central.intake.sender import SenderAuth
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
@@ -30,12 +32,14 @@ from central.telemetry import metrics
 from . import views
 from .act import CLAIM_SEND_GRACE, Actor
 from .approval_queue import ApprovalSender
+from .arm import ArmAcknowledger
+from .arm_approvals import ArmApprover
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
 from .platform_ingest import PlatformIngest, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
-from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
+from .settings import CentralSettings, CountingTransport, SettingsError, arm_credential, storage_clients
 from .webhook import WebhookAlerter
 
 log = logging.getLogger("central.service")  # stable: docs and queries select on it
@@ -52,6 +56,7 @@ class CentralService:
         alerter: WebhookAlerter,
         transport: Optional[CountingTransport] = None,
         sender_auth: Optional[SenderAuth] = None,
+        arm: Optional[ArmApprover] = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -85,7 +90,7 @@ class CentralService:
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow
-        self.actor = Actor(self.state, store, sender, alerter)
+        self.actor = Actor(self.state, store, sender, alerter, arm)
         self.counters = new_counters()
         self._seen: Dict[str, None] = {}
         self._lock = threading.RLock()
@@ -113,7 +118,8 @@ class CentralService:
             timeout=typed.alert_timeout,
         )
         store = TableLog(tables, typed.table_prefix)
-        return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth)
+        return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth,
+                   arm_approver(typed, settings))
 
     @property
     def sender(self) -> ApprovalSender:
@@ -181,10 +187,10 @@ class CentralService:
             return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
 
     def decide(self, event_id: str, action: str, operator: str, reason: str, now: Optional[datetime] = None,
-               hook: bool = False) -> Dict[str, Any]:
+               hook: bool = False, via: str = "queue") -> Dict[str, Any]:
         """An operator's approve, hold or release (central.runtime.operator_desk), binding on every instance
-        once this returns."""
-        return self.desk.decide(event_id, action, operator, reason, now, hook)
+        once this returns. `via` "arm": approve through ARM rather than a VM's forwarder."""
+        return self.desk.decide(event_id, action, operator, reason, now, hook, via)
 
     def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
         """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing, approvals
@@ -240,13 +246,15 @@ class CentralService:
     # ---- one call --------------------------------------------------------------------------------
     def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:
         self.ingest.owed, self.ingest.rows_owed, self.evaluator.owed = set(), [], set()
+        self.actor.owed = set()
         try:
             touched = first()
             self._policy_alert(now, result)
             sends = self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
             self.actor.send_approvals(sends, now, result)
             extra = [(a, self.state.alert_etags.pop(a.key, None)) for a in self.ingest.rows_owed]
-            self.actor.deliver(now, result, mine=sorted(self.ingest.owed | self.evaluator.owed), extra=extra)
+            owed = self.ingest.owed | self.evaluator.owed | self.actor.owed
+            self.actor.deliver(now, result, mine=sorted(owed), extra=extra)
             if timer:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:
@@ -335,6 +343,17 @@ class CentralService:
         self._seen[key] = None
         if len(self._seen) > SEEN_LIMIT:
             self._seen.pop(next(iter(self._seen)))
+
+
+def arm_approver(typed: CentralSettings, settings: Mapping[str, str]) -> ArmApprover:
+    """ARM approvals with the Function app's identity, built on first use (ARM_ENDPOINT, ARM_API_VERSION)."""
+    def build() -> ArmAcknowledger:
+        session = requests.Session()
+        session.trust_env = not typed.arm_endpoint.startswith("http://")  # a loopback stand-in: no proxy
+        return ArmAcknowledger(arm_credential(settings), typed.arm_endpoint, typed.arm_api_version,
+                               session=session)
+
+    return ArmApprover(build)
 
 
 def _seconds(value: float) -> Any:

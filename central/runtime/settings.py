@@ -73,6 +73,8 @@ class CentralSettings:
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
     confirm_grace: float = 300.0  # PLATFORM_CONFIRM_GRACE_SECONDS
+    arm_endpoint: str = "https://management.azure.com"  # ARM_ENDPOINT (the deployment cloud's, from infra)
+    arm_api_version: str = "2025-11-01"  # ARM_API_VERSION (Microsoft.Maintenance acknowledge)
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
@@ -102,7 +104,32 @@ class CentralSettings:
             claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
             confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),
             confirm_grace=_number(s, "PLATFORM_CONFIRM_GRACE_SECONDS", 300.0),
+            arm_endpoint=_arm_endpoint(s),
+            arm_api_version=_arm_api_version(s),
         )
+
+
+def _arm_endpoint(settings: Mapping[str, str]) -> str:
+    text = (settings.get("ARM_ENDPOINT") or "").strip().rstrip("/") or "https://management.azure.com"
+    local = re.fullmatch(r"http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?", text)
+    if not (re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?", text) or local):
+        raise SettingsError(f"ARM_ENDPOINT must be the cloud's Resource Manager URL (https://<host>, e.g. "
+                            f"https://management.azure.com; plain http only on loopback), got {text!r}")
+    return text
+
+
+def _arm_api_version(settings: Mapping[str, str]) -> str:
+    text = (settings.get("ARM_API_VERSION") or "").strip() or "2025-11-01"
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}(-preview)?", text):
+        raise SettingsError(f"ARM_API_VERSION must look like 2025-11-01 (or 2025-10-01-preview), "
+                            f"got {text!r}")
+    return text
+
+
+def arm_credential(settings: Mapping[str, str], prefix: str = STORAGE_PREFIX) -> Any:
+    """The Function app's identity for ARM: the same one as its storage connection (P__credential,
+    P__clientId), whatever form the storage connection takes."""
+    return _credential(settings, prefix)
 
 
 def _credential(settings: Mapping[str, str], prefix: str) -> Any:

@@ -129,6 +129,8 @@ var appSettingValues = {
   EVENTHUB_NAME: eventHubName
   EVENTHUB_CONSUMER_GROUP: consumerGroupName
   PLATFORM_EVENTHUB_NAME: platformEventHubName
+  ARM_ENDPOINT: environment().resourceManager
+  ARM_API_VERSION: '2025-11-01'
   REPORT_GRACE_SECONDS: '120'
   CLAIMS_COUNTED_PER_HOUR: '4'
   PLATFORM_CONFIRM_SCOPES: platformConfirmScopes

@@ -61,6 +61,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="default policy (no POLICY_JSON), forwarders with default settings and no "
                              "custom hook: a Reboot, a Redeploy and a long Freeze, each approved with no "
                              "critical alert")
+    parser.add_argument("--witness", action="store_true",
+                        help="only the second act: Azure as a second witness (platform feed, ARM approvals)")
+    parser.add_argument("--no-witness", action="store_true", help="skip the second act")
     parser.add_argument("--serve", action="store_true",
                         help="the practice fleet: real time, a policy that leaves events pending, up until "
                              "Ctrl-C; prints the central URL, the function key and commands to paste")
@@ -71,6 +74,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return serve(args.work, say=lambda text: print(text, flush=True))
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
+    if args.witness:
+        return _second_act(args.work, started)
     try:
         if args.fresh_install:
             settings, plan = fresh_install(args.work, capture=args.capture), scenario.fresh_install_scenes()
@@ -100,6 +105,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         verdict = "FAILED (see the [FAIL] line above)"
     print(f"\ndemo {verdict} in {time.monotonic() - started:.1f} s (logs in {args.work})", flush=True)
+    if args.fresh_install or args.no_witness:
+        return 0 if outcome.ok else 1
+    second = _second_act(args.work / "witness", time.monotonic())
+    return 0 if outcome.ok and second == 0 else 1
+
+
+def _second_act(work: Path, started: float) -> int:
+    """Azure as a second witness (sandbox/demo/witness.py): its own fleet, its own checks."""
+    from sandbox.demo import witness
+
+    print("", flush=True)
+    try:
+        outcome = witness.run(work, say=lambda text: print(text, flush=True))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process was stopped", file=sys.stderr, flush=True)
+        return 130
+    print("\nchecks (second act):")
+    for c in outcome.checks:
+        print(f"  [{'ok' if c.ok else 'FAIL'}] {c.scene} {c.what}" + (f": {c.detail}" if c.detail else ""))
+    if outcome.error:
+        print(f"  [FAIL] {outcome.error}")
+    verdict = "passed" if outcome.ok else "FAILED"
+    print(f"\nsecond act {verdict} in {time.monotonic() - started:.1f} s (logs in {work})", flush=True)
     return 0 if outcome.ok else 1
 
 

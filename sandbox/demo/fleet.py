@@ -43,6 +43,7 @@ HOOK_SECONDS = 1.0  # what the drain hook "takes"
 class VmSpec:
     name: str
     tags: Dict[str, str] = field(default_factory=dict)
+    forwarder: bool = True  # False: an agentless VM (Azure's side only: the platform feed and ARM)
 
     def simulator_arg(self) -> str:
         return json.dumps({"name": self.name, "tags": self.tags})
@@ -91,6 +92,9 @@ class FleetSettings:
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
     central_instances: int = 2                  # Functions runner processes sharing the hub and the store
     authenticate: bool = True                   # forwarders sign envelopes; central verifies them
+    platform_feed: bool = False                 # the simulator publishes Azure's own feed to the platform hub
+    arm: bool = False                           # central's ARM_ENDPOINT is the simulator's stand-in
+    central_extra: Dict[str, str] = field(default_factory=dict)  # more app settings for central
 
 
 class Fleet:
@@ -132,6 +136,11 @@ class Fleet:
         return [n for n in self.servers if n == "functions" or n.startswith("functions-")]
 
     @property
+    def agents(self) -> List[VmSpec]:
+        """The VMs with a forwarder."""
+        return [vm for vm in self.settings.vms if vm.forwarder]
+
+    @property
     def webhook_url(self) -> str:
         return f"http://{processes.LOOPBACK}:{self.servers['webhook'].port}"
 
@@ -168,6 +177,9 @@ class Fleet:
             imds_args += ["--attestation-dir", str(self.work / "attestation")]
         for vm in s.vms:
             imds_args += ["--vm", vm.simulator_arg()]
+        if s.platform_feed:
+            imds_args += ["--platform-feed", processes.eventhubs_connection_string(
+                self.servers["eventhubs"].port, processes.PLATFORM_HUB)]
         self.servers["imds"] = processes.start_imds(imds_args, log_dir=self.work)
         self.imds = ImdsSimulator(f"http://{processes.LOOPBACK}:{self.servers['imds'].port}")
         self.servers["webhook"] = processes.start_webhook_receiver(
@@ -179,7 +191,8 @@ class Fleet:
             name = "functions" if n == 0 else f"functions-{n + 1}"
             self.servers[name] = self._start_runner(name)
         for vm in s.vms:
-            self.forwarders[vm.name] = self._start_forwarder(vm)
+            if vm.forwarder:
+                self.forwarders[vm.name] = self._start_forwarder(vm)
 
     def stop(self) -> None:
         """Forwarders first (they publish their last words), then central, then the stand-ins.
@@ -251,6 +264,11 @@ class Fleet:
             values["POLICY_JSON"] = json.dumps(s.policy)
         if s.authenticate:
             values["AUTHN_TRUST_PEM"] = (self.work / "attestation" / "trust.pem").read_text()
+        if s.arm:  # ARM at the simulator's stand-in, with the simulator's managed-identity tokens
+            imds = f"http://{processes.LOOPBACK}:{self.servers['imds'].port}"
+            values.update({"ARM_ENDPOINT": imds, "ApprovalStorage__credential": "managedidentity",
+                           "AZURE_POD_IDENTITY_AUTHORITY_HOST": imds})
+        values.update(s.central_extra)
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
         self.issuer.init()
         values.update(self.issuer.app_settings())  # central validates the tokens itself too, as infra sets it
@@ -344,12 +362,12 @@ class Fleet:
             if dead:
                 raise RuntimeError("a process exited early: " + "; ".join(dead))
             try:
-                if int(self.central("health").get("knownVms", 0)) >= len(self.settings.vms):
+                if int(self.central("health").get("knownVms", 0)) >= len(self.agents):
                     return time.monotonic() - t0
             except (requests.RequestException, ValueError):
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"central did not hear from all {len(self.settings.vms)} forwarders within "
+        raise TimeoutError(f"central did not hear from all {len(self.agents)} forwarders within "
                            f"{timeout:g} s; see {self.work}/*/forwarder-*.log and {self.work}/functions.log")
 
 

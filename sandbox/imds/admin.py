@@ -32,6 +32,7 @@ def event_json(event: SimEvent) -> Dict[str, Any]:
         "createdAt": when(event.created_at), "startedAt": when(event.started_at),
         "goneAt": when(event.gone_at) if event.live else when(event.ended_at),
         "approvedBy": event.approved_by,
+        "madeUp": event.made_up,
     }
 
 

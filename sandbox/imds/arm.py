@@ -10,7 +10,8 @@ fabric, exactly as an IMDS POST StartRequests does.
 A bearer token is required: a JWT whose `aud` is ARM's and which has not expired (the sandbox's managed
 identity tokens are unsigned, so the signature is not checked). `kind` must own the event: the VM for a
 standalone VM, its scale set for a scale set's instances. POST /admin/arm {"throttle": N, "retryAfter": S}
-makes the next N calls answer 429 with Retry-After S.
+makes the next N calls answer 429 with Retry-After S; GET /admin/arm lists the calls made (kind, name, ids,
+at, status).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class ArmStandIn:
             self.retry_after = float(doc.get("retryAfter", 1.0))
         return json_response(200, {"throttle": self.throttle, "retryAfter": self.retry_after,
                                    "calls": len(self.calls)})
+
+    def status(self) -> Response:
+        with self._lock:
+            return json_response(200, {"throttle": self.throttle, "retryAfter": self.retry_after,
+                                       "calls": list(self.calls)})
 
     def handle(self, method: str, path: str, query: Mapping[str, str], headers: Any, body: bytes) -> Response:
         m = _PATH.match(path)
@@ -101,6 +107,8 @@ class ArmStandIn:
             event = self.fabric.get_event(event_id)
         except UnknownEvent:
             return ("NotFound", f"no scheduled event {event_id}")
+        if event.made_up:
+            return ("NotFound", f"no scheduled event {event_id}")  # Azure never knew it
         owners = [vm for vm in event.audience if self._owns(kind, name, vm)]
         if not owners:
             return ("NotFound", f"{event_id} is not an event of {kind}/{name}")

@@ -47,6 +47,9 @@ class SimEvent:
     gone_at: Optional[float] = None  # real instant it disappears (set when Started)
     ended_at: Optional[float] = None
     approved_by: List[str] = field(default_factory=list)
+    # made up by its audience's forwarder (a compromised VM): in their IMDS documents only, never on Azure's
+    # side (the platform feed does not emit it; ARM does not know it)
+    made_up: bool = False
 
     @property
     def live(self) -> bool:
@@ -119,4 +122,12 @@ def from_request(body: Any, known_vms: Sequence[str]) -> SimEvent:
         started_seconds=_number(body, "startedSeconds", DEFAULT_STARTED_SECONDS, 0),
         notice_seconds=_number(body, "noticeSeconds", MIN_NOTICE[event_type], 0),
         state=status,
+        made_up=_flag(body, "madeUp"),
     )
+
+
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"'{key}' must be true or false")
+    return value

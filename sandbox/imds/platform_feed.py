@@ -104,7 +104,10 @@ class PlatformFeed:
         self._thread.start()
 
     def __call__(self, event: SimEvent, at: float) -> None:
-        """Fabric listener: called under the fabric's lock, so it only queues."""
+        """Fabric listener: called under the fabric's lock, so it only queues. A made-up event (a VM's
+        forwarder invented it) is never emitted: Azure never knew it."""
+        if event.made_up:
+            return
         self.pending.put((time.monotonic() + self.faults.delay, grid_event(event, at, self.identities)))
 
     def close(self, timeout: float = 5.0) -> None:

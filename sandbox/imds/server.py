@@ -145,6 +145,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.sim.arm.configure(json.loads(body or b"{}"))
             except ValueError:
                 return error(400, "the body must be JSON")
+        if self.sim.arm is not None and url.path == "/admin/arm" and self.command == "GET":
+            return self.sim.arm.status()
         if url.path == "/admin" or url.path.startswith("/admin/"):
             parts: List[str] = [unquote(p) for p in url.path[len("/admin/"):].split("/") if p]
             return self.sim.admin.handle(self.command, parts, query, body)

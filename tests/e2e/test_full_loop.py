@@ -33,9 +33,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("demo")
     evidence = tmp / "evidence.json"
     # --capture: the same run also leaves Capture files and the example analysis of them (a few seconds)
+    # the first act only: tests/e2e/test_witness_act.py plays the second
     proc = subprocess.run([sys.executable, "-m", "sandbox.demo", "--work", str(tmp / "work"),
-                           "--evidence", str(evidence), "--capture"], cwd=processes.REPO, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT)
+                           "--evidence", str(evidence), "--capture", "--no-witness"], cwd=processes.REPO,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
     doc = json.loads(evidence.read_text()) if evidence.exists() else {}
     yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": tmp / "work", **doc}
 
