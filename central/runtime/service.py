@@ -85,6 +85,7 @@ class CentralService:
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow
+        self.ingest.decider = self.evaluator  # decide inside the ingest commit (central.runtime.inline)
         self.actor = Actor(self.state, store, sender, alerter)
         self.counters = new_counters()
         self._seen: Dict[str, None] = {}
@@ -238,10 +239,12 @@ class CentralService:
     # ---- one call --------------------------------------------------------------------------------
     def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:
         self.ingest.owed, self.ingest.rows_owed, self.evaluator.owed = set(), [], set()
+        self.ingest.sends = []
         try:
-            touched = first()
+            touched = first()  # what is left to decide: the events its commits did not decide already
             self._policy_alert(now, result)
-            sends = self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
+            sends = self.ingest.sends
+            sends += self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
             self.actor.send_approvals(sends, now, result)
             extra = [(a, self.state.alert_etags.pop(a.key, None)) for a in self.ingest.rows_owed]
             self.actor.deliver(now, result, mine=sorted(self.ingest.owed | self.evaluator.owed), extra=extra)
