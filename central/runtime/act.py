@@ -61,6 +61,7 @@ class Actor:
         self.logs = logs
         self.sender = sender
         self.alerter = alerter
+        self.lost_races = 0  # commits here that lost a race (the service adds them to its calls' results)
 
     # ---- approvals ------------------------------------------------------------------------------
     def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
@@ -262,6 +263,7 @@ class Actor:
                                       bookkeeping=bookkeeping)
                 return set(changes)
             except Conflict as exc:  # the state re-read the rows: apply the change again
+                self.lost_races += 1
                 log.info("acting lost a race (%s): applying again on the re-read rows", exc)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
 

@@ -240,6 +240,7 @@ class CentralService:
     def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:
         self.ingest.owed, self.ingest.rows_owed, self.evaluator.owed = set(), [], set()
         self.ingest.sends = []
+        lost = self.actor.lost_races
         try:
             touched = first()  # what is left to decide: the events its commits did not decide already
             self._policy_alert(now, result)
@@ -251,8 +252,10 @@ class CentralService:
             if timer:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:
+            result.conflicts += self.actor.lost_races - lost
             self._store_failed(exc, "commit", result)
             raise
+        result.conflicts += self.actor.lost_races - lost  # acting's lost races count too
         self._flush(result)
         return result
 
