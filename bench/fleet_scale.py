@@ -3,10 +3,15 @@ Functions runner, its own process): what the pipeline costs as the fleet grows.
 
     python -m bench.fleet_scale [--sizes 100,1000] [--instances 1,2,4] [--minutes 10] [--wave 0.05]
 
-Scale-out (issue 10): with `--instances 1,2,4` the largest fleet is also played through 2 and 4 runner
-processes sharing the hub's partitions (one consumer group) and one store: the CPU seconds of all
-central processes and the Storage round trips (a counting proxy in front of the table and queue
-endpoints) per 1,000 envelopes, against one instance's (goal: within 20 %), and the aggregate rate.
+Scale-out (issues 10, 24): with `--instances 1,2,4` the largest fleet is also played through 2 and 4
+runner processes sharing the hub's partitions (one consumer group) and one store: the CPU seconds spent
+inside central's invocations (each invocation's own thread CPU time, kept by the runner) and the Storage
+round trips (a counting proxy in front of the table and queue endpoints) per 1,000 envelopes, against one
+instance's (goal: within 10 %), the commits that lost a race on the head row, and the aggregate rate.
+The CPU of the whole runner processes is printed beside it: it adds each process's own Event Hubs receive
+loops, load balancing and timers, a background that grows with the number of processes and with the
+play's wall time, i.e. with how loaded the machine is. The reevaluate timer is set hourly, so it does not
+fire in a measured play (its work is per unit of time; bench.fleet_cost counts it).
 
 NOT one process per VM: synthetic envelopes at the rates that many forwarders produce. Per fleet size N:
 - offered rate: N heartbeats per heartbeat interval (60 s default) plus incarnations at the stated
@@ -67,6 +72,16 @@ def ingested(log: Path) -> int:
 
 def lost_races(log: Path) -> int:
     return len(LOST_RACE.findall(_text(log)))
+
+
+def invocation_cpu(files: List[Path]) -> float:
+    """CPU seconds spent inside central's function invocations so far, all instances (the runner keeps
+    the totals: sandbox.functions.loader.CPU_FILE_SETTING)."""
+    total = 0.0
+    for path in files:
+        if path.exists():
+            total += sum(float(v) for v in json.loads(path.read_text(encoding="utf-8")).values())
+    return total
 
 
 def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]:
@@ -173,13 +188,19 @@ def run_size(
                     "POLICY_JSON": "",
                     "ALERT_WEBHOOK_URL": "",
                     "ALERT_WEBHOOK_FORMAT": "generic",
-                    "REEVALUATE_SCHEDULE": "*/30 * * * * *",
+                    # the timer's work is per unit of time, not per envelope: a play that the loaded
+                    # machine stretches would count more timer runs (and, past the 120 s result timeout,
+                    # failovers) against its envelopes. Hourly: it does not fire in a measured play.
+                    "REEVALUATE_SCHEDULE": "0 0 * * * *",
+                    # the CPU inside central's invocations, apart from the runner's own background
+                    "SANDBOX_INVOCATION_CPU_FILE": str(work / f"central{tag}-{i}" / "invocation-cpu.json"),
                     "AUTHN_TRUST_PEM": SIGNER.trust_pem,  # the sandbox's test root, nothing else
                 }
             )
             runners.append(start_runner(files, "function_app"))
             logs.append(files.directory / "functions.log")
         procs = [psutil.Process(r.pid) for r in runners]
+        cpu_files = [work / f"central{tag}-{i}" / "invocation-cpu.json" for i in range(instances)]
         conn = processes.eventhubs_connection_string(hub.port, HUB)
         # the same for every instance count: the load balancing spreads the partitions, then every
         # instance ingests a warm-up batch, so no instance's start-up falls in the measured window
@@ -194,6 +215,7 @@ def run_size(
         vms = [FakeVm(i) for i in range(n)]
         bodies = fleet_envelopes(vms, args.minutes, args.wave)
         cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
+        app0 = invocation_cpu(cpu_files)
         races0 = sum(lost_races(log) for log in logs)
         trips0 = sum(tables.counts.values()) + sum(queues.counts.values())
         t0 = time.monotonic()
@@ -208,6 +230,8 @@ def run_size(
             time.sleep(0.2)
         elapsed = time.monotonic() - t0
         cpu = sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0
+        time.sleep(1.0)  # the last invocation's total is written after it logged its line
+        app_cpu = invocation_cpu(cpu_files) - app0
         trips = sum(tables.counts.values()) + sum(queues.counts.values()) - trips0
         done = sum(played())
         races = sum(lost_races(log) for log in logs) - races0
@@ -238,6 +262,7 @@ def run_size(
         "cpu_s": cpu,
         "cpu_s_per_fleet_hour": cpu * per_hour / len(bodies),
         "cpu_s_per_1000": 1000 * cpu / len(bodies),
+        "app_cpu_s_per_1000": 1000 * app_cpu / len(bodies),
         "idle_cpu_per_s": idle_rate,
         "net_cpu_s_per_1000": 1000 * max(0.0, cpu - idle_rate * elapsed) / len(bodies),
         "trips_per_1000": 1000 * trips / len(bodies),
@@ -371,12 +396,15 @@ def main(argv: List[str]) -> int:
     for r in [one, *scaled]:
         k = int(r["instances"])
         cpu_x = r["cpu_s_per_1000"] / (one["cpu_s_per_1000"] or 1.0)
+        app_x = r["app_cpu_s_per_1000"] / (one["app_cpu_s_per_1000"] or 1.0)
         net_x = r["net_cpu_s_per_1000"] / (one["net_cpu_s_per_1000"] or 1.0)
         trips_x = r["trips_per_1000"] / (one["trips_per_1000"] or 1.0)
         print(
             f"scale-out {int(r['vms'])} VMs on {k} instance(s) ({int(r['warmed_instances'])} warmed, "
             f"{int(r['busy_instances'])} busy): "
-            f"aggregate {r['sustained']:.0f} envelopes/s; CPU of all central processes "
+            f"aggregate {r['sustained']:.0f} envelopes/s; CPU in central's invocations "
+            f"{r['app_cpu_s_per_1000']:.3f} s per 1,000 envelopes (x{app_x:.2f}); CPU of all runner "
+            "processes "
             f"{r['cpu_s_per_1000']:.2f} s per 1,000 envelopes (x{cpu_x:.2f}; their idle background "
             f"{r['idle_cpu_per_s']:.3f} CPU s/s, net of it {r['net_cpu_s_per_1000']:.2f} s, x{net_x:.2f}); "
             f"Storage round trips {r['trips_per_1000']:.1f} per 1,000 (x{trips_x:.2f}); "
@@ -385,7 +413,9 @@ def main(argv: List[str]) -> int:
         label = f"{int(r['vms'])} VMs, {k} instance(s)"
         figures += [
             Figure("fleet_scale", f"{label}: aggregate envelopes/s", round(r["sustained"], 1), "1/s"),
-            Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes",
+            Figure("fleet_scale", f"{label}: CPU in central's invocations per 1,000 envelopes",
+                   round(r["app_cpu_s_per_1000"], 3), "s"),
+            Figure("fleet_scale", f"{label}: CPU of the runner processes per 1,000 envelopes",
                    round(r["cpu_s_per_1000"], 3), "s"),
             Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes, net of idle background",
                    round(r["net_cpu_s_per_1000"], 3), "s"),
@@ -394,16 +424,21 @@ def main(argv: List[str]) -> int:
             Figure("fleet_scale", f"{label}: commits that lost a race to another instance",
                    int(r["lost_races"]), "commits"),
         ]
-        if k > 1:  # the issue's goal: within 20 % of one instance's, measured in the same run
+        if k > 1:  # issue 24's goal: within 10 % of one instance's, measured in the same run
             figures += [
-                Figure("fleet_scale", f"{label}: central CPU per 1,000 envelopes vs one instance",
-                       round(cpu_x, 2), "x", "<= 1.2", cpu_x <= 1.2),
+                Figure("fleet_scale", f"{label}: CPU in central's invocations per 1,000 envelopes vs one "
+                       "instance", round(app_x, 2), "x", "<= 1.1", app_x <= 1.1),
+                # informative: every runner process has its own Event Hubs receive loops, load balancing and
+                # timers, a background that grows with the processes and with the play's wall time (which a
+                # loaded machine stretches); the Functions host's share of it is not central's code
+                Figure("fleet_scale", f"{label}: CPU of the runner processes per 1,000 envelopes vs one "
+                       "instance", round(cpu_x, 2), "x"),
                 # informative: the idle rate is sampled over --idle-seconds, which a timer tick may
                 # or may not fall in, so this ratio is noisier than the raw one the goal is judged on
                 Figure("fleet_scale", f"{label}: central CPU net of idle vs one instance",
                        round(net_x, 2), "x"),
                 Figure("fleet_scale", f"{label}: Storage round trips vs one instance",
-                       round(trips_x, 2), "x", "<= 1.2", trips_x <= 1.2),
+                       round(trips_x, 2), "x", "<= 1.1", trips_x <= 1.1),
             ]
     figures.insert(
         0,

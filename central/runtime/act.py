@@ -66,6 +66,7 @@ class Actor:
         self.alerter = alerter
         self.arm = arm  # ARM approvals (None: a test's central without one)
         self.owed: Set[str] = set()  # alert keys this call made events owe (delivered at once)
+        self.lost_races = 0  # commits here that lost a race (the service adds them to its calls' results)
 
     # ---- approvals ------------------------------------------------------------------------------
     def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
@@ -113,6 +114,8 @@ class Actor:
                 [*done, *failed, *acks, *skipped],
                 now,
                 lambda r: self._settle(r, done, failed, acks, skipped, now),
+                # an attempt taken back, revoked or answered by ARM changes budgets: that moves the head
+                bookkeeping=not (failed or acks or skipped),
             )
 
     def _settle(self, rec: EventRecord, done: Dict[str, int], failed: Dict[str, int],
@@ -179,7 +182,8 @@ class Actor:
             if keys:
                 owing[rec.event_id] = keys
         if mine is None and owing:
-            leased = self._update_many(list(owing), now, lambda r: _lease(r, owing[r.event_id], now))
+            leased = self._update_many(list(owing), now, lambda r: _lease(r, owing[r.event_id], now),
+                                       bookkeeping=True)
             owing = {k: v for k, v in owing.items() if k in leased}
         outcomes: Dict[str, Dict[str, Tuple[Delivery, Alert]]] = {}
         for event_id, keys in owing.items():
@@ -197,7 +201,8 @@ class Actor:
         if outcomes or rows_done:
             self.logs.flush()
         if outcomes:
-            self._update_many(list(outcomes), now, lambda r: self._settle_event(r, outcomes[r.event_id], now))
+            self._update_many(list(outcomes), now, lambda r: self._settle_event(r, outcomes[r.event_id], now),
+                              bookkeeping=True)
         for alert, etag, delivery in rows_done:
             self._settle_row(alert, etag, delivery, now)
 
@@ -272,10 +277,12 @@ class Actor:
         return event_id in self._update_many([event_id], now, change)
 
     def _update_many(
-        self, event_ids: List[str], now: datetime, change: Callable[[EventRecord], bool]
+        self, event_ids: List[str], now: datetime, change: Callable[[EventRecord], bool],
+        bookkeeping: bool = False,
     ) -> Set[str]:
         """`change` applied to each current event, committed together (EVENTS_PER_COMMIT per transaction);
-        re-read and re-applied after a lost race (every change here is idempotent)."""
+        re-read and re-applied after a lost race (every change here is idempotent). `bookkeeping`: no
+        decision about another event reads what `change` changes (FleetState.commit)."""
         for _ in range(MAX_TRIES):
             changes: Dict[str, EventRecord] = {}
             for event_id in event_ids:
@@ -288,9 +295,11 @@ class Actor:
             items = list(changes.items())
             try:
                 for i in range(0, len(items), EVENTS_PER_COMMIT):
-                    self.state.commit(Changes(events=dict(items[i : i + EVENTS_PER_COMMIT])), now)
+                    self.state.commit(Changes(events=dict(items[i : i + EVENTS_PER_COMMIT])), now,
+                                      bookkeeping=bookkeeping)
                 return set(changes)
             except Conflict as exc:  # the state re-read the rows: apply the change again
+                self.lost_races += 1
                 log.info("acting lost a race (%s): applying again on the re-read rows", exc)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
 

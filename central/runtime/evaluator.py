@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
@@ -38,6 +38,7 @@ from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
+from .inline import all_vms_over, candidates, vms_by_name_over
 from .results import BatchResult, Decision
 
 log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
@@ -77,6 +78,18 @@ class ToSend:
     attempt: int
 
 
+@dataclass
+class Pass:
+    """One deciding pass, on working copies: the events it changed (with the decision taken, if any), the
+    shadow policy's verdicts, the attempts to send once committed, the alert keys it made owed."""
+
+    changed: List[Tuple[EventRecord, Optional[dict]]] = field(default_factory=list)
+    shadows: Dict[str, dict] = field(default_factory=dict)
+    sends: List[ToSend] = field(default_factory=list)
+    owed: Set[str] = field(default_factory=set)
+    decided: Set[str] = field(default_factory=set)  # every event the pass looked at
+
+
 class Evaluator:
     def __init__(self, state: FleetState, logs: TableLog, policy: Policy, config: DecideConfig) -> None:
         self.state = state
@@ -86,8 +99,13 @@ class Evaluator:
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
 
-    def view(self, now: datetime, candidates: List[EventRecord]) -> FleetView:
-        open_events = [rec for rec, _ in self.state.active.values() if not rec.ended]
+    def view(self, now: datetime, candidates: List[EventRecord],
+             planned: Optional[Changes] = None) -> FleetView:
+        """What deciding `candidates` may look at. `planned`: changes not committed yet (deciding inside
+        the ingest commit, central.runtime.inline): their events and VMs stand over the committed ones."""
+        events = {rec.event_id: rec for rec, _ in self.state.active.values()}
+        events.update(planned.events if planned is not None else {})
+        open_events = [rec for rec in events.values() if not rec.ended]
 
         def names() -> Set[str]:
             wanted: Set[str] = set()
@@ -98,9 +116,11 @@ class Evaluator:
                     wanted.update(rec.resources)
             return wanted
 
-        known = self.state.all_vms if self.policy.needs_group_sizes else None
-        return FleetView(LazyVms(names, self.state.vms_by_name), open_events, self.config.liveness, known,
-                         rules=self.config.witness)
+        read, known = self.state.vms_by_name, self.state.all_vms
+        if planned is not None and planned.vms:
+            read, known = vms_by_name_over(self.state, planned.vms), all_vms_over(self.state, planned.vms)
+        return FleetView(LazyVms(names, read), open_events, self.config.liveness,
+                         known if self.policy.needs_group_sizes else None, rules=self.config.witness)
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this
@@ -118,52 +138,68 @@ class Evaluator:
             if not candidates:
                 return []
             fleet = self.view(now, candidates)
-            shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known,
-                                      fleet.rules)
-                            if self.shadow is not None else None)  # same facts, its own budget counts
-            changed: List[Tuple[EventRecord, Optional[dict]]] = []
-            shadows: Dict[str, dict] = {}
-            sends: List[ToSend] = []
-            owed: Set[str] = set()
-            for rec in candidates:
-                mine = copy.deepcopy(rec)
-                stale = mine.stale_reason(now)
-                if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
-                    changed.append((mine, end_stale(mine, stale, now, owed)))
-                    continue
-                verdict = decide(mine, fleet, self.policy, now, self.config)
-                shadow = self._shadow(mine, shadow_fleet, now) if shadow_fleet is not None else None
-                decision = apply(mine, verdict, now, owed)
-                if shadow is not None:
-                    shadows[mine.event_id] = shadow
-                if decision is not None or verdict.timed_out or shadow is not None:
-                    changed.append((mine, decision))
-                if verdict.kind == "send" and decision is not None:
-                    fleet.mark_impacting(mine, now)
-                    sends.append(ToSend(mine.event_id, len(mine.approvals)))
+            done = self.decide_pass(candidates, fleet, now)
             try:
-                self._commit(changed, now)
+                self._commit(done.changed, now)
             except Conflict as exc:
                 result.conflicts += 1
                 log.info("deciding lost a race (%s): deciding again on the re-read rows", exc)
                 continue
-            self.owed |= owed
-            for rec, _ in changed:
-                if rec.event_id in shadows:
-                    self.logs.stage("Decisions", logrows.shadow_entity(
-                        rec.event_id, rec.event_type, rec.shadow_seq, shadows[rec.event_id], now))
-            for rec, decision in changed:
-                if decision is not None:
-                    self.logs.stage(
-                        "Decisions",
-                        logrows.decision_entity(
-                            rec.event_id, rec.event_type, rec.decision_seq, decision, now
-                        ),
-                    )
-                    result.decisions.append(to_result(rec.event_id, decision, now))
-                    _measure(rec, decision)
-            return sends
+            return self.committed(done, now, result)
         raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
+
+    def decide_planned(self, changes: Changes, touched: Set[str], now: datetime) -> Optional[Pass]:
+        """Decide the events an uncommitted plan touched, on its working copies (central.runtime.inline):
+        the decided copies replace the plan's, so one transaction commits both. None: nothing to decide."""
+        found = candidates(changes, touched)
+        if not found:
+            return None
+        done = self.decide_pass(found, self.view(now, found, changes), now)
+        for rec, _ in done.changed:
+            changes.events[rec.event_id] = rec
+        done.decided = {rec.event_id for rec in found}
+        return done
+
+    def decide_pass(self, candidates: List[EventRecord], fleet: FleetView, now: datetime) -> Pass:
+        """Decide `candidates` in order on working copies (nothing written): what to commit, then send."""
+        shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known,
+                                  fleet.rules)
+                        if self.shadow is not None else None)  # same facts, its own budget counts
+        done = Pass()
+        for rec in candidates:
+            mine = copy.deepcopy(rec)
+            stale = mine.stale_reason(now)
+            if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
+                done.changed.append((mine, end_stale(mine, stale, now, done.owed)))
+                continue
+            verdict = decide(mine, fleet, self.policy, now, self.config)
+            shadow = self._shadow(mine, shadow_fleet, now) if shadow_fleet is not None else None
+            decision = apply(mine, verdict, now, done.owed)
+            if shadow is not None:
+                done.shadows[mine.event_id] = shadow
+            if decision is not None or verdict.timed_out or shadow is not None:
+                done.changed.append((mine, decision))
+            if verdict.kind == "send" and decision is not None:
+                fleet.mark_impacting(mine, now)
+                done.sends.append(ToSend(mine.event_id, len(mine.approvals)))
+        return done
+
+    def committed(self, done: Pass, now: datetime, result: BatchResult) -> List[ToSend]:
+        """After the commit that made `done` true: its log rows, results and metrics; the sends it owns."""
+        self.owed |= done.owed
+        for rec, _ in done.changed:
+            if rec.event_id in done.shadows:
+                self.logs.stage("Decisions", logrows.shadow_entity(
+                    rec.event_id, rec.event_type, rec.shadow_seq, done.shadows[rec.event_id], now))
+        for rec, decision in done.changed:
+            if decision is not None:
+                self.logs.stage(
+                    "Decisions",
+                    logrows.decision_entity(rec.event_id, rec.event_type, rec.decision_seq, decision, now),
+                )
+                result.decisions.append(to_result(rec.event_id, decision, now))
+                _measure(rec, decision)
+        return done.sends
 
     def _shadow(self, rec: EventRecord, fleet: FleetView, now: datetime) -> Optional[dict]:
         """The shadow policy's verdict on `rec` (decided on the same facts, before the live one applies)."""

@@ -16,7 +16,7 @@ import json
 import logging
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any, Callable, List, Mapping, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, Union
 
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
@@ -28,6 +28,9 @@ from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
 
 from .results import BatchResult
+
+if TYPE_CHECKING:
+    from .evaluator import Evaluator, ToSend
 
 log = logging.getLogger("central.ingest")  # stable: docs and queries select on it
 
@@ -96,6 +99,9 @@ class Ingest:
         self.owed: Set[str] = set()  # event alert keys committed by this call (delivered at once)
         self.rows_owed: List[Alert] = []  # alerts owed by no event committed by this call
         self.planner = Planner(state, self.raised)
+        # decides the events a plan touched inside its commit (the service's Evaluator; None: after it)
+        self.decider: Optional[Evaluator] = None
+        self.sends: List[ToSend] = []  # approval attempts committed by this call, to send
 
     # ---- segments and the commit loop ---------------------------------------------------------
     def apply(self, items: List[Item], now: datetime, result: BatchResult) -> Set[str]:
@@ -167,17 +173,32 @@ class Ingest:
         """Plan on the cached rows and commit the plan; a commit that lost a race has re-read the rows, so
         plan again on them. Every input kind (envelopes, the platform's events) commits through here, so
         the after-commit steps (owed alerts, log rows, markers, metrics) are one. Rejected propagates."""
+        decider = self.decider
         for _ in range(MAX_TRIES):
             plan = plan_once()
+            # the touched events decided in this very transaction (central.runtime.inline): one head commit
+            done = decider.decide_planned(plan.changes, plan.touched, now) if decider is not None else None
             try:
                 seq = self.state.commit(plan.changes, now)
             except Conflict as exc:
                 result.conflicts += 1
                 log.info("%s lost a race (%s): planning again on the re-read rows", what, exc)
                 continue
+            except Rejected:
+                if done is None:
+                    raise
+                # the store refuses the rows with the decisions in them: commit the plan alone (its own
+                # envelope may be at fault, found by the caller), deciding after it as before
+                log.warning("%s: the store refused the rows with their decisions; deciding after the commit",
+                            what)
+                decider = None
+                continue
             result.transactions += 0 if plan.changes.empty() else 1
             self._after(plan, seq, now, result)
-            return plan.touched
+            if done is None:
+                return plan.touched
+            self.sends += decider.committed(done, now, result)  # type: ignore[union-attr]
+            return plan.touched - done.decided
         raise StoreError(f"{what}: still losing races after {MAX_TRIES} re-reads (contention)")
 
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:

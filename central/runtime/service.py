@@ -90,6 +90,7 @@ class CentralService:
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow
+        self.ingest.decider = self.evaluator  # decide inside the ingest commit (central.runtime.inline)
         self.actor = Actor(self.state, store, sender, alerter, arm)
         self.counters = new_counters()
         self._seen: Dict[str, None] = {}
@@ -247,10 +248,13 @@ class CentralService:
     def _run(self, now: datetime, result: BatchResult, first: Any, timer: bool = False) -> BatchResult:
         self.ingest.owed, self.ingest.rows_owed, self.evaluator.owed = set(), [], set()
         self.actor.owed = set()
+        self.ingest.sends = []
+        lost = self.actor.lost_races
         try:
-            touched = first()
+            touched = first()  # what is left to decide: the events its commits did not decide already
             self._policy_alert(now, result)
-            sends = self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
+            sends = self.ingest.sends
+            sends += self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
             self.actor.send_approvals(sends, now, result)
             extra = [(a, self.state.alert_etags.pop(a.key, None)) for a in self.ingest.rows_owed]
             owed = self.ingest.owed | self.evaluator.owed | self.actor.owed
@@ -258,8 +262,10 @@ class CentralService:
             if timer:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:
+            result.conflicts += self.actor.lost_races - lost
             self._store_failed(exc, "commit", result)
             raise
+        result.conflicts += self.actor.lost_races - lost  # acting's lost races count too
         self._flush(result)
         return result
 

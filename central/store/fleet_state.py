@@ -3,9 +3,12 @@
 The store is the only truth. The cache holds rows with the ETags they were read (or written) with;
 every change is written with If-Match on those ETags (or as an insert that fails if the row exists),
 so a stale cache can only make a commit fail (`Conflict`), never make it wrong: the caller re-reads
-(`refresh`) and decides again. Every change to an event also bumps the `head` row (If-Match) in the
-same transaction, so event changes are serialised fleet-wide and a decision that commits was taken on
-the current state of every event (budgets count the whole fleet whoever saw the events).
+(`refresh`) and decides again. Every change to an event that a decision may read also bumps the `head`
+row (If-Match) in the same transaction, so such changes are serialised fleet-wide and a decision that
+commits was taken on the current state of every event (budgets count the whole fleet whoever saw the
+events). Bookkeeping changes (an attempt marked sent, alerts settled or leased) keep their rows' If-Match
+but rewrite the `book` row instead of the head: they cannot change another event's decision, so they
+need not make concurrent decisions lose a race; `refresh` watches both rows.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class FleetState:
         self.ended: OrderedDict[str, EventRecord] = OrderedDict()
         self.head_seq = 0
         self.head_etag: Optional[str] = None
+        self.book_etag: Optional[str] = None  # the `book` row as last read (bookkeeping commits move it)
         self.loaded = False
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
@@ -78,10 +82,13 @@ class FleetState:
         if force or not self.loaded:
             self._reload_active()
             return True
-        got = self.store.get(TABLE, rows.PARTITION, rows.HEAD)
+        found = self.store.query_with_etags(
+            TABLE, "PartitionKey eq @p and ( RowKey eq @book or RowKey eq @head )",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
+        )
         self.reads += 1
-        etag = got[1] if got else None
-        if etag == self.head_etag:
+        etags = {entity.get("RowKey"): etag for entity, etag in found}
+        if etags.get(rows.HEAD) == self.head_etag and etags.get(rows.BOOK) == self.book_etag:
             return False
         self._reload_active()
         return True
@@ -91,19 +98,23 @@ class FleetState:
             self.refresh()
 
     def _reload_active(self) -> None:
-        """The active rows (and the head row, read first: RowKey 'head' sorts before 'o:', and a
-        transaction is atomic, so rows newer than the head read can only make the next commit fail on
-        the head, never make it wrong)."""
+        """The active rows, with the book and head rows read first ('book' < 'head' < 'o:'; a transaction
+        is atomic, so rows newer than those reads can only make a commit fail or a refresh re-read)."""
         found = self.store.query_with_etags(
             TABLE,
-            "PartitionKey eq @p and ( RowKey eq @head or ( RowKey ge @lo and RowKey lt @hi ) )",
-            {"p": rows.PARTITION, "head": rows.HEAD, "lo": rows.ACTIVE,
+            "PartitionKey eq @p and ( RowKey eq @book or RowKey eq @head"
+            " or ( RowKey ge @lo and RowKey lt @hi ) )",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD, "lo": rows.ACTIVE,
              "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
         )
         self.reads += 1
         self.active = {}
         head_seen = False
+        self.book_etag = None
         for entity, etag in found:
+            if entity.get("RowKey") == rows.BOOK:
+                self.book_etag = etag
+                continue
             if entity.get("RowKey") == rows.HEAD:
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
                 continue
@@ -278,17 +289,24 @@ class FleetState:
         return out
 
     # ---- writes ---------------------------------------------------------------------------------
-    def commit(self, changes: Changes, now: datetime) -> int:
+    def commit(self, changes: Changes, now: datetime, bookkeeping: bool = False) -> int:
         """Write `changes` as one transaction (<= 100 operations); on success the cache holds the new
         rows and ETags. Raises store.Conflict when any row changed since it was read: nothing written,
         and the cache re-read for the next attempt (`_reread_after_lost_race`).
-        Returns the head sequence of this commit (0 when no event changed)."""
+        `bookkeeping`: the event changes are ones no decision about another event reads (an attempt
+        marked sent, alerts settled or leased): each event row keeps its If-Match, but the head is not
+        bumped, so they never make another instance's decision lose a race (nor lose one to it); the
+        `book` row is written instead (unconditionally), so other instances' `refresh` still sees them.
+        Returns the head sequence of this commit (0 when the head did not move)."""
         if changes.empty():
             return 0
         ops: List[Op] = []
         owners: List[Tuple[str, str]] = []  # what each op wrote, in op order: ("vm", id), ("event", id)...
         seq = 0
-        if changes.events:
+        if changes.events and bookkeeping:
+            ops.append(Op("upsert", rows.book_entity(now)))
+            owners.append(("book", ""))
+        elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
@@ -342,7 +360,7 @@ class FleetState:
         request), and the rows of the kind that lost (another instance wrote that VM's row when its
         partition moved, or bound that name); a kind not known: every VM and name row it wrote."""
         self.refresh(force=True)
-        if kind not in ("head", "event", "gone", "name"):
+        if kind not in ("head", "book", "event", "gone", "name"):
             self.load_vms(changes.vms, force=True)
         if kind not in ("head", "event", "gone", "vm"):
             self.load_names(changes.names, force=True)
@@ -351,6 +369,10 @@ class FleetState:
         self, changes: Changes, owners: List[Tuple[str, str]], etags: List[Optional[str]], seq: int
     ) -> None:
         for (kind, key), etag in zip(owners, etags):
+            if kind == "book":
+                # not installed: rows other instances wrote under `book` since this cache read it are not
+                # in this cache, so the next refresh must still see the book moved and re-read
+                continue
             if kind == "head":
                 self.head_etag, self.head_seq = etag, seq
             elif kind == "vm":

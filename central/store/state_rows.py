@@ -1,7 +1,10 @@
 """Records <-> State table entities (the fleet's shared truth; layout in docs/central.md).
 
 One partition, `fleet`, so every change that must hold together commits in one transaction:
-  head             Seq: bumped (If-Match) by every change to any event: event changes are serialised
+  head             Seq: bumped (If-Match) by every change to any event that a decision may read: such
+                   event changes are serialised
+  book             rewritten (no If-Match) by bookkeeping event changes instead (an attempt marked sent,
+                   alerts settled or leased: nothing a decision about another event reads), so caches see them
   vm:<vmId>        a VM: identity, grouping, liveness (central's receive time), applied incarnation,
                    when it first signed (SignedAt: never accepted unsigned again)
   o:<EventId>      an active event: not ended, or ended with alerts still owed
@@ -26,6 +29,7 @@ from .tables import get_json, put_json
 
 PARTITION = "fleet"
 HEAD = "head"
+BOOK = "book"
 VM = "vm:"
 ACTIVE = "o:"
 ENDED = "x:"
@@ -45,6 +49,10 @@ def _drop_none(entity: Dict[str, Any]) -> Dict[str, Any]:
 
 def head_entity(seq: int, at: datetime) -> Dict[str, Any]:
     return {"PartitionKey": PARTITION, "RowKey": HEAD, "Kind": "head", "Seq": whole(seq), "At": at}
+
+
+def book_entity(at: datetime) -> Dict[str, Any]:
+    return {"PartitionKey": PARTITION, "RowKey": BOOK, "Kind": "book", "At": at}
 
 
 def vm_key(vm_id: str) -> str:

@@ -8,6 +8,8 @@ import importlib
 import inspect
 import json
 import logging
+import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,6 +18,25 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import azure.functions as func
 
 log = logging.getLogger("sandbox.functions")
+
+# For benchmarks (bench.fleet_scale): when this setting names a file, the CPU seconds spent inside each
+# function's invocations (their own thread's CPU time: the app's code, not this runner's receive loops,
+# load balancing or timers) are kept there as running totals, {"ingest": 12.3, ...}.
+CPU_FILE_SETTING = "SANDBOX_INVOCATION_CPU_FILE"
+_cpu_lock = threading.Lock()
+_cpu_totals: Dict[str, float] = {}
+
+
+def _count_cpu(name: str, seconds: float) -> None:
+    path = os.environ.get(CPU_FILE_SETTING)
+    if not path:
+        return
+    with _cpu_lock:
+        _cpu_totals[name] = _cpu_totals.get(name, 0.0) + seconds
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump(_cpu_totals, out)
+        os.replace(tmp, path)  # readers see a whole file
 
 
 @dataclass
@@ -36,12 +57,13 @@ class FunctionSpec:
         """Call the function with `arguments`, logging the way the host does (Executing / Executed)."""
         invocation = str(uuid.uuid4())
         log.info("Executing 'Functions.%s' (Reason='%s', Id=%s)", self.name, reason, invocation)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.thread_time()
         try:
             result = self.callable(**self._accepted(arguments, invocation))
             if inspect.isawaitable(result):
                 result = asyncio.run(_await(result))
         except Exception as exc:
+            _count_cpu(self.name, time.thread_time() - cpu)
             log.error(
                 "Executed 'Functions.%s' (Failed, Id=%s, Duration=%dms): %s: %s",
                 self.name,
@@ -51,6 +73,7 @@ class FunctionSpec:
                 exc,
             )
             raise
+        _count_cpu(self.name, time.thread_time() - cpu)
         log.info(
             "Executed 'Functions.%s' (Succeeded, Id=%s, Duration=%dms)",
             self.name,
