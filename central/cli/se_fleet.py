@@ -154,7 +154,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         return EXIT_NO_TOKEN
     except urllib.error.HTTPError as exc:
         hint = {401: ": sign in again (the token is missing, expired or for another API)",
-                403: ": your account lacks the Reader or Operator app role"}.get(exc.code, "")
+                403: ": your account lacks the " + ("Operator app role" if args.command == "reverify"
+                                                     else "Reader or Operator app role")}.get(exc.code, "")
         print(f"se-fleet: central answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -10,7 +10,8 @@ their ETags (claim first, so two instances running this at once apply each row a
 When it runs (CentralService):
 - on the `reevaluate` timer: at this instance's first tick (a changed trust setting, AUTHN_TRUST_PEM or
   AUTHN_AIA_HOSTS, restarts the app, so the first tick after a repair re-verifies), then every
-  RETRY_SECONDS while rows are held (an AIA host that became reachable again, with no setting changed);
+  RETRY_SECONDS (an AIA host that became reachable again, with no setting changed; one query when
+  nothing is held);
 - at once on the operator's `POST /api/authn/reverify` (`se-fleet reverify`).
 """
 
@@ -64,10 +65,11 @@ class Reverifier:
         self._summary: Optional[Tuple[datetime, Dict[str, Any]]] = None
 
     def due(self, now: datetime) -> bool:
-        """The timer's rule: this instance's first tick, then every RETRY_SECONDS while rows are held."""
+        """The timer's rule: this instance's first tick, then every RETRY_SECONDS (one query when nothing
+        is held)."""
         if self.last_run is None:
             return True
-        return (now - self.last_run).total_seconds() >= RETRY_SECONDS and bool(self.last.get("untrusted"))
+        return (now - self.last_run).total_seconds() >= RETRY_SECONDS
 
     def run(self, now: datetime, result: BatchResult) -> Set[str]:
         """Re-verify and apply what can be; returns the events to decide about. StoreError propagates

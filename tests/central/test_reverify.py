@@ -160,3 +160,18 @@ def test_the_plan_is_oldest_first_and_bounded() -> None:
                          planning.Held("b", "1", "", "same", {}, T0 + timedelta(days=1), "")], untrusted)
     assert [s.outcome for s in dup] == ["untrusted", "duplicate"]
     json.dumps([s.outcome for s in dup])
+
+
+def test_the_timer_re_verifies_at_an_instances_first_tick_then_hourly(env: Env, hook: Hook) -> None:
+    w = _outage(env)
+    repaired = _repaired(env)  # a trust setting changed: the app restarted with it
+    repaired.reevaluate(now=T0 + timedelta(minutes=6))
+    assert repaired.reverifier.last["verified"] == 5
+    late = Vm("web_9")  # still signed under the CA the broken instance does not know
+    assert _send(w["broken"], [late.heartbeat(at=T0 + timedelta(minutes=10))],
+                 T0 + timedelta(minutes=10)).quarantined == 1
+    repaired.reevaluate(now=T0 + timedelta(minutes=30))  # within the hour: the timer does not re-read
+    assert len([r for r in env.rows("Quarantine") if r.get("Reverify") != "done"]) == 1
+    repaired.reevaluate(now=T0 + timedelta(minutes=67))
+    assert repaired.reverifier.last["applied"] == 1
+    assert [r for r in env.rows("Quarantine") if r.get("Reverify") != "done"] == []
