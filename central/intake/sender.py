@@ -83,7 +83,9 @@ class SenderAuth:
         return self.trust is not None
 
     def check(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
-              received: dt.datetime) -> str:
+              received: dt.datetime, count: bool = True) -> str:
+        """`count` False: a re-verification of a kept envelope (central.runtime.reverify), which must not
+        move the accepted/refused figures health shows for live traffic."""
         if self.trust is None:
             return ""
         from central.intake import authn
@@ -94,7 +96,7 @@ class SenderAuth:
         result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache)
         key = str(vm_id).lower()
         if result.ok:
-            self.accepted += 1
+            self.accepted += 1 if count else 0
             if self.mode == "preferred" and len(self.signed_vms) < SIGNED_VMS_LIMIT:
                 self.signed_vms.add(key)
             return ""
@@ -104,7 +106,7 @@ class SenderAuth:
                 return ""
             result = authn.Rejected("downgrade", f"unsigned, but VM {str(vm_id)[:64]} has signed before: "
                                     "a VM that signed cannot be downgraded")
-        self.refused += 1
+        self.refused += 1 if count else 0
         self.last = result
         return refusal(f"sender not authenticated ({result.reason}): {result.detail}",  # type: ignore
                        result.kind, result.issuer)  # type: ignore[union-attr]

@@ -92,7 +92,7 @@ class CentralService:
         self._lock = threading.RLock()
         self._policy_alerted = False
         # envelopes kept for a trust failure, re-verified once trust is repaired (central.runtime.reverify)
-        self.reverifier = Reverifier(store, lambda body, at, props: parse(body, at, self.gate, props),
+        self.reverifier = Reverifier(store, lambda body, at, props: parse(body, at, self._recheck, props),
                                      lambda item, at, result: self.ingest.apply([item], at, result))
         self.desk = OperatorDesk(self.state, store, self.evaluator, self.actor, self.config, self._lock,
                                  self._flush)
@@ -130,6 +130,11 @@ class CentralService:
     @property
     def alerter(self) -> WebhookAlerter:
         return self.actor.alerter
+
+    def _recheck(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
+                 received: datetime) -> str:
+        """The sender gate for a kept envelope's re-verification (not counted as live traffic)."""
+        return self.sender_auth.check(vm_id, body, properties, received, count=False)
 
     # ---- the public operations -------------------------------------------------------------------
     def handle_batch(

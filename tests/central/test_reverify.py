@@ -67,6 +67,7 @@ def test_kept_envelopes_are_applied_as_of_their_receive_time_once_trust_is_repai
     still = broken.reverify(now=T0 + timedelta(minutes=3))
     assert still["outcomes"]["untrusted"] == 6 and still["heldForTrust"]["count"] == 6
     assert not [r for r in env.rows("Quarantine") if r.get("Reverify")]
+    assert broken.health()["senderAuthentication"]["refused"] == 6  # a re-check is not live traffic
 
     repaired = _repaired(env)
     web_1: Vm = w["web_1"]
