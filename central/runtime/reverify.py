@@ -21,10 +21,11 @@ import logging
 import os
 import socket
 from datetime import datetime, timedelta
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from central.intake import reverify as planning
 from central.intake.plan import Item
+from central.model.envelope import INCARNATION
 from central.model.times import aware
 from central.store import held as kept
 from central.store.tables import TableLog, get_json
@@ -52,10 +53,10 @@ def held_of(entity: Dict[str, Any], etag: str) -> planning.Held:
 
 
 class Reverifier:
-    """One per CentralService. `apply(item, now, result)` commits one item through ingest."""
+    """One per CentralService. `apply(items, now, result)` commits items through ingest, in order."""
 
     def __init__(self, store: TableLog, verify: planning.Verify,
-                 apply: Callable[[Item, datetime, BatchResult], Set[str]]) -> None:
+                 apply: Callable[[List[Item], datetime, BatchResult], Set[str]]) -> None:
         self.store = store
         self.verify = verify
         self.apply = apply
@@ -77,27 +78,39 @@ class Reverifier:
         self.last_run = now
         rows = kept.read(self.store, now)
         counts = {k: 0 for k in OUTCOMES}
-        touched: Set[str] = set()
         steps = planning.plan([held_of(e, etag) for e, etag in rows], self.verify)
         for step in steps:
             counts[step.outcome] += 1
-            if step.outcome in ("untrusted", "unreadable"):
-                continue  # kept: the next run (or the operator's) tries again
-            h = step.held
-            etag = kept.claim(self.store, h.partition, h.row, h.etag, now, self.by)
-            if etag is None:
-                counts["raced"] += 1  # another instance took it first: it applies it
+        todo = [s for s in steps if s.outcome not in ("untrusted", "unreadable")]  # the others stay kept
+        claimed = kept.claim(self.store, [(s.held.partition, s.held.row, s.held.etag) for s in todo], now,
+                             self.by)
+        counts["raced"] = len(todo) - len(claimed)  # another instance took those first: it applies them
+        mine = [s for s in todo if (s.held.partition, s.held.row) in claimed]
+        outcomes: Dict[Tuple[str, str], str] = {}
+        touched: Set[str] = set()
+        batch: List[Item] = []
+        for step in mine:
+            key = (step.held.partition, step.held.row)
+            outcomes[key] = "applied" if step.outcome == "verified" else step.outcome
+            if step.item is None:
                 continue
-            outcome = step.outcome
-            if step.item is not None:
-                before = result.stale
-                touched |= self.apply(step.item, now, result)
-                if step.outcome == "verified":
-                    outcome = "superseded" if result.stale > before else "applied"
-                    counts[outcome] += 1
-            kept.done(self.store, h.partition, h.row, etag, now, outcome, step.reason)
-            log.info("se.reverify %s: kept envelope %s/%s received %s", outcome, h.partition, h.row[:60],
-                     h.enqueued.isoformat())
+            if step.outcome == "verified" and getattr(step.item.parsed, "type", "") == INCARNATION:
+                touched |= self.apply(batch, now, result) if batch else set()  # keep the order
+                batch = []
+                before = result.stale  # one at a time: was it superseded by a newer incarnation?
+                touched |= self.apply([step.item], now, result)
+                outcomes[key] = "superseded" if result.stale > before else "applied"
+            else:  # heartbeats, results, refusals: together (ingest segments them)
+                batch.append(step.item)
+        touched |= self.apply(batch, now, result) if batch else set()
+        for outcome in outcomes.values():
+            counts[outcome] += 1 if outcome in ("applied", "superseded") else 0
+        kept.done(self.store, [(s.held.partition, s.held.row, claimed[(s.held.partition, s.held.row)],
+                                outcomes[(s.held.partition, s.held.row)], s.reason) for s in mine], now)
+        for step in mine:
+            h = step.held
+            log.info("se.reverify %s: kept envelope %s/%s received %s", outcomes[(h.partition, h.row)],
+                     h.partition, h.row[:60], h.enqueued.isoformat())
         self.last = counts
         self._summary = None
         if steps:

@@ -93,7 +93,7 @@ class CentralService:
         self._policy_alerted = False
         # envelopes kept for a trust failure, re-verified once trust is repaired (central.runtime.reverify)
         self.reverifier = Reverifier(store, lambda body, at, props: parse(body, at, self._recheck, props),
-                                     lambda item, at, result: self.ingest.apply([item], at, result))
+                                     lambda items, at, result: self.ingest.apply(items, at, result))
         self.desk = OperatorDesk(self.state, store, self.evaluator, self.actor, self.config, self._lock,
                                  self._flush)
 

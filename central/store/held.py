@@ -12,12 +12,12 @@ A done row stays in the table (nothing is deleted): the Quarantine table is the 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from central.model.times import aware
 
 from .log_rows import day
-from .tables import Conflict, Op, TableLog
+from .tables import MAX_OPS, Conflict, Op, TableLog
 
 HELD_DAYS = 7  # kept rows older than this are not re-verified automatically (they stay in Quarantine)
 CLAIM_SECONDS = 600
@@ -45,23 +45,41 @@ def pending(entity: Dict[str, Any], now: datetime) -> bool:
     return True
 
 
-def claim(store: TableLog, partition: str, row: str, etag: str, now: datetime, by: str) -> Optional[str]:
-    """Claim a kept row for this instance: its new ETag, or None when another instance changed it first."""
-    entity = {"PartitionKey": partition, "RowKey": row, "Reverify": "claimed", "ReverifyBy": by[:128],
-              "ReverifyUntil": now + timedelta(seconds=CLAIM_SECONDS)}
-    try:
-        return store.transact("Quarantine", [Op("merge", entity, etag)])[0] or ""
-    except Conflict:
-        return None
+def claim(store: TableLog, rows: Sequence[Tuple[str, str, str]], now: datetime,
+          by: str) -> Dict[Tuple[str, str], str]:
+    """Claim kept rows (partition, row, etag) for this instance: {(partition, row): new ETag} of those
+    claimed; a row another instance changed first is left out (it applies that one). One transaction per
+    partition chunk of up to 100 rows; a chunk that lost a race is claimed again row by row."""
+    until = now + timedelta(seconds=CLAIM_SECONDS)
+    return _each(store, rows, lambda p, r: {"PartitionKey": p, "RowKey": r, "Reverify": "claimed",
+                                           "ReverifyBy": by[:128], "ReverifyUntil": until})
 
 
-def done(store: TableLog, partition: str, row: str, etag: str, now: datetime, outcome: str,
-         reason: str = "") -> bool:
-    """Mark a claimed row done with its outcome; False when the claim lapsed and another took it."""
-    entity = {"PartitionKey": partition, "RowKey": row, "Reverify": "done", "Reverified": outcome,
-              "ReverifiedAt": now, "ReverifyReason": reason[:1000]}
-    try:
-        store.transact("Quarantine", [Op("merge", entity, etag or None)])
-        return True
-    except Conflict:
-        return False
+def done(store: TableLog, rows: Sequence[Tuple[str, str, str, str, str]], now: datetime) -> int:
+    """Mark claimed rows (partition, row, etag of the claim, outcome, reason) done; returns how many (a row
+    whose claim lapsed and another instance took is left to that one)."""
+    marks = {(p, r): (o, why) for p, r, _, o, why in rows}
+    return len(_each(store, [(p, r, e) for p, r, e, _, _ in rows], lambda p, r: {
+        "PartitionKey": p, "RowKey": r, "Reverify": "done", "Reverified": marks[(p, r)][0],
+        "ReverifiedAt": now, "ReverifyReason": marks[(p, r)][1][:1000]}))
+
+
+def _each(store: TableLog, rows: Sequence[Tuple[str, str, str]],
+          entity: Callable[[str, str], Dict[str, Any]]) -> Dict[Tuple[str, str], str]:
+    by_partition: Dict[str, List[Tuple[str, str, str]]] = {}
+    for row in rows:
+        by_partition.setdefault(row[0], []).append(row)
+    out: Dict[Tuple[str, str], str] = {}
+    for group in by_partition.values():
+        for i in range(0, len(group), MAX_OPS):
+            chunk = group[i:i + MAX_OPS]
+            try:
+                ops = [Op("merge", entity(p, r), e or None) for p, r, e in chunk]
+                etags = store.transact("Quarantine", ops)
+                out.update({(p, r): t or "" for (p, r, _), t in zip(chunk, etags)})
+            except Conflict:
+                if len(chunk) == 1:
+                    continue  # another instance changed it first
+                for one in chunk:
+                    out.update(_each(store, [one], entity))
+    return out
