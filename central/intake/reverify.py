@@ -29,6 +29,9 @@ from central.model.times import iso
 from .plan import Item
 
 MAX_PER_RUN = 2000  # rows applied per run (the oldest first); the rest wait for the next run
+# rows checked per run: rows that stay untrusted (anyone with the hub's send right can make such rows, with
+# a self-made chain under an unknown issuer) must not keep the ones that verify from being reached
+MAX_CHECKED = 20_000
 
 # verify(body, received, properties) -> the Item ingest would have made of it at `received`, checked by
 # the current trust (central.runtime.ingest.parse with the sender gate)
@@ -61,11 +64,16 @@ class Step:
         return self.item is not None
 
 
-def plan(held: Sequence[Held], verify: Verify, limit: int = MAX_PER_RUN) -> List[Step]:
-    """The oldest `limit` kept rows, re-verified as of their receive time, oldest first."""
+def plan(held: Sequence[Held], verify: Verify, limit: int = MAX_PER_RUN,
+         checked: int = MAX_CHECKED) -> List[Step]:
+    """Kept rows re-verified as of their receive time, oldest first, until `limit` of them apply (or
+    `checked` rows were looked at)."""
     steps: List[Step] = []
     bodies: Set[str] = set()
-    for h in sorted(held, key=lambda x: (x.enqueued, x.partition, x.row))[:max(0, limit)]:
+    applying = 0
+    for h in sorted(held, key=lambda x: (x.enqueued, x.partition, x.row))[:max(0, checked)]:
+        if applying >= limit:
+            break
         if h.body is None or h.properties is None:
             steps.append(Step(h, "unreadable", None, "the kept row lost its body or properties"))
             continue
@@ -79,11 +87,13 @@ def plan(held: Sequence[Held], verify: Verify, limit: int = MAX_PER_RUN) -> List
         parsed = item.parsed
         if isinstance(parsed, Envelope):
             steps.append(Step(h, "verified", item))
+            applying += 1
         elif isinstance(parsed, BadEnvelope) and "trustIssuer" in parsed.extra:
             issuer = str(parsed.extra.get("trustIssuer") or "")
             steps.append(Step(h, "untrusted", None, _first(parsed), issuer))
         else:
             steps.append(Step(h, "refused", item, _first(parsed)))
+            applying += 1
     return steps
 
 

@@ -8,7 +8,6 @@ until the operator adds it (AUTHN_TRUST_PEM), as the CA-change runbook says (doc
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -20,7 +19,7 @@ import pytest
 
 from central.intake import reverify as planning
 from central.intake.plan import Item
-from central.model.envelope import BadEnvelope
+from central.model.envelope import BadEnvelope, Envelope
 from central.runtime.service import CentralService
 from central.store import held as kept
 from tests.central.conftest import Env, Hook
@@ -151,7 +150,7 @@ def test_the_plan_is_oldest_first_and_bounded() -> None:
         return Item(bad, at)
 
     steps = planning.plan([held(3), held(1), held(2), planning.Held("p", "r0", "", None, None, T0)],
-                          untrusted, limit=3)
+                          untrusted, checked=3)
     assert [s.held.row for s in steps] == ["r0", "r1", "r2"]
     assert [s.outcome for s in steps] == ["unreadable", "untrusted", "untrusted"]
     assert calls == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]  # verified as of receive time
@@ -160,7 +159,17 @@ def test_the_plan_is_oldest_first_and_bounded() -> None:
     dup = planning.plan([planning.Held("a", "1", "", "same", {}, T0, ""),
                          planning.Held("b", "1", "", "same", {}, T0 + timedelta(days=1), "")], untrusted)
     assert [s.outcome for s in dup] == ["untrusted", "duplicate"]
-    json.dumps([s.outcome for s in dup])
+
+    def verified_if_even(text: str, at: Any, props: Dict[str, str]) -> Item:
+        if int(text[1:]) % 2:
+            return untrusted(text, at, props)
+        env = Envelope("id", "t", "vm", "vm", at, {}, {})
+        return Item(env, at)
+
+    # rows that stay untrusted do not count against the rows applied per run
+    mixed = planning.plan([held(n) for n in range(1, 8)], verified_if_even, limit=2)
+    assert [(s.held.row, s.outcome) for s in mixed] == [
+        ("r1", "untrusted"), ("r2", "verified"), ("r3", "untrusted"), ("r4", "verified")]
 
 
 def test_the_timer_re_verifies_at_an_instances_first_tick_then_hourly(env: Env, hook: Hook) -> None:
