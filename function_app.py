@@ -217,6 +217,19 @@ def fleet(req: func.HttpRequest) -> func.HttpResponse:
     return who if isinstance(who, func.HttpResponse) else _json(central().fleet())
 
 
+@app.route(route="authn/reverify", methods=[func.HttpMethod.POST], auth_level=func.AuthLevel.ANONYMOUS)
+def reverify(req: func.HttpRequest) -> func.HttpResponse:
+    """Re-verify now the envelopes kept for a trust failure (after the operator repaired trust) and apply
+    those that verify as of when they were received, signed in with the Operator role (se-fleet reverify)."""
+    who = _caller(req, "decide")
+    if isinstance(who, func.HttpResponse):
+        return who
+    try:
+        return _json(central().reverify())
+    except ValueError as exc:  # sender authentication is off: nothing to re-verify
+        return _error(str(exc), 409)
+
+
 # Probes: a function key, on a path App Service authentication excludes (a probe has no Entra token).
 @app.route(route="health", methods=[func.HttpMethod.GET])
 def health(req: func.HttpRequest) -> func.HttpResponse:

@@ -1,14 +1,18 @@
 """`se-fleet status`: the fleet at a glance, from central's GET /api/fleet (any instance answers the same).
+`se-fleet reverify`: after a trust repair, re-verify now the envelopes kept for a trust failure (POST
+/api/authn/reverify, the Operator role; docs/security.md, "When Azure changes its CA").
 
     se-fleet status [--url https://<app>.azurewebsites.net] [--api api://<client id>] [--token TOKEN]
                     [--silent-only] [--json]
+    se-fleet reverify [--url ...] [--api ...] [--token ...] [--json]
 
 Signed in as the operator (the Reader or Operator app role; docs/security.md): with --api (default
 $SE_OPERATOR_API, the operator API's app id URI) the token comes from the operator's own login through
 azure-identity (az login, environment, managed identity...); --token (default $SE_OPERATOR_TOKEN) sends a
 token got elsewhere, e.g. `az account get-access-token --resource api://<client id> --query accessToken
--o tsv`. --url defaults to $SE_CENTRAL_URL. Exit codes: 0 every VM live, 1 some VM silent, 3 bad usage,
-4 central unreachable or refusing, 5 no token (sign in).
+-o tsv`. --url defaults to $SE_CENTRAL_URL. Exit codes: 0 every VM live (reverify: nothing left held), 1 some
+VM silent (reverify: envelopes still held for trust), 3 bad usage, 4 central unreachable or refusing, 5 no
+token (sign in).
 """
 
 from __future__ import annotations
@@ -55,11 +59,14 @@ def operator_token(api: str) -> str:
         raise NoToken(f"no token for {api}: sign in (az login) first ({first})") from None
 
 
-def fetch(url: str, token: str, timeout: float = 30.0) -> Dict[str, Any]:
-    """GET <url>/api/fleet as the signed-in operator (the operator's own proxy settings apply)."""
+def fetch(url: str, token: str, timeout: float = 30.0, route: str = "fleet",
+          method: str = "GET") -> Dict[str, Any]:
+    """GET <url>/api/fleet (or another route) as the signed-in operator (the operator's own proxy settings
+    apply)."""
     if not url.startswith(("https://", "http://")):
         raise UsageError(f"--url {url!r}: give the Function app's https:// URL")
-    request = urllib.request.Request(url.rstrip("/") + "/api/fleet",  # noqa: S310
+    request = urllib.request.Request(url.rstrip("/") + "/api/" + route, method=method,  # noqa: S310
+                                     data=b"" if method == "POST" else None,
                                      headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
         return json.loads(response.read())
@@ -89,21 +96,40 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
     elif mode != "required":
         lines.append(f"sender authentication: {mode} (unsigned envelopes accepted from VMs never seen "
                      "signed)")
+    held = fleet.get("heldForTrust") or {}
+    if held.get("count"):
+        lines.append(held_line(held))
     return "\n".join(lines)
+
+
+def held_line(held: Dict[str, Any]) -> str:
+    return (f"WARNING: {held['count']} envelope(s) held for trust since {held.get('oldest')} (issuers: "
+            f"{', '.join(held.get('issuers') or []) or '?'}): repair trust, then `se-fleet reverify` "
+            "(docs/security.md, 'When Azure changes its CA')")
+
+
+def render_reverify(answer: Dict[str, Any]) -> str:
+    outcomes = answer.get("outcomes") or {}
+    done = ", ".join(f"{k} {v}" for k, v in outcomes.items() if v) or "nothing was held"
+    held = answer.get("heldForTrust") or {}
+    tail = held_line(held) if held.get("count") else "nothing is held for trust any more"
+    return f"re-verified at {answer.get('at')}: {done}\n{tail}"
 
 
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="se-fleet", description="The scheduled-events fleet as central sees it.")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
-    status.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
-                        help="the Function app's URL (default $SE_CENTRAL_URL)")
-    status.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
-                        help="the operator API's app id URI, api://<client id> (default $SE_OPERATOR_API)")
-    status.add_argument("--token", default=os.environ.get("SE_OPERATOR_TOKEN", ""),
-                        help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
+    again = sub.add_parser("reverify", help="re-verify the envelopes kept for a trust failure now (Operator)")
+    for one in (status, again):
+        one.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
+                         help="the Function app's URL (default $SE_CENTRAL_URL)")
+        one.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
+                         help="the operator API's app id URI, api://<client id> (default $SE_OPERATOR_API)")
+        one.add_argument("--token", default=os.environ.get("SE_OPERATOR_TOKEN", ""),
+                         help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
+        one.add_argument("--json", action="store_true", help="central's answer as JSON")
     status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
-    status.add_argument("--json", action="store_true", help="central's answer as JSON")
     return top
 
 
@@ -114,7 +140,12 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         args = parser().parse_args(argv)
         if not args.url or not (args.api or args.token):
             raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
-        fleet = fetch(args.url, args.token or operator_token(args.api))
+        token = args.token or operator_token(args.api)
+        if args.command == "reverify":
+            answer = fetch(args.url, token, 120.0, "authn/reverify", "POST")
+            print(json.dumps(answer, indent=2) if args.json else render_reverify(answer), file=out)
+            return EXIT_SILENT if (answer.get("heldForTrust") or {}).get("count") else EXIT_OK
+        fleet = fetch(args.url, token)
     except UsageError as exc:
         print(f"se-fleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -123,7 +154,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         return EXIT_NO_TOKEN
     except urllib.error.HTTPError as exc:
         hint = {401: ": sign in again (the token is missing, expired or for another API)",
-                403: ": your account lacks the Reader or Operator app role"}.get(exc.code, "")
+                403: ": your account lacks the " + ("Operator app role" if args.command == "reverify"
+                                                     else "Reader or Operator app role")}.get(exc.code, "")
         print(f"se-fleet: central answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:

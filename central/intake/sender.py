@@ -98,7 +98,9 @@ class SenderAuth:
         return self.trust is not None
 
     def check(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
-              received: dt.datetime) -> str:
+              received: dt.datetime, count: bool = True) -> str:
+        """`count` False: a re-verification of a kept envelope (central.runtime.reverify), which must not
+        move the accepted/refused figures health shows for live traffic."""
         if self.trust is None:
             return ""
         from central.intake import authn
@@ -108,12 +110,12 @@ class SenderAuth:
             self._cache.clear()  # a cache only: the next documents are verified in full again
         result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache)
         if result.ok:
-            self.accepted += 1
+            self.accepted += 1 if count else 0
             return SIGNED
         if self.mode == "preferred" and result.reason == "missing":  # type: ignore[union-attr]
-            self.accepted_unsigned += 1  # let through on condition: a downgrade is refused in planning
+            self.accepted_unsigned += 1 if count else 0  # on condition: a downgrade is refused in planning
             return UNSIGNED
-        self.refused += 1
+        self.refused += 1 if count else 0
         self.last = result
         return refusal(f"sender not authenticated ({result.reason}): {result.detail}",  # type: ignore
                        result.kind, result.issuer)  # type: ignore[union-attr]

@@ -39,6 +39,7 @@ from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
 from .platform_ingest import PlatformIngest, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
+from .reverify import Reverifier
 from .settings import CentralSettings, CountingTransport, SettingsError, arm_credential, storage_clients
 from .webhook import WebhookAlerter
 
@@ -96,6 +97,9 @@ class CentralService:
         self._seen: Dict[str, None] = {}
         self._lock = threading.RLock()
         self._policy_alerted = False
+        # envelopes kept for a trust failure, re-verified once trust is repaired (central.runtime.reverify)
+        self.reverifier = Reverifier(store, lambda body, at, props: parse(body, at, self._recheck, props),
+                                     lambda items, at, result: self.ingest.apply(items, at, result))
         self.desk = OperatorDesk(self.state, store, self.evaluator, self.actor, self.config, self._lock,
                                  self._flush)
 
@@ -133,6 +137,11 @@ class CentralService:
     @property
     def alerter(self) -> WebhookAlerter:
         return self.actor.alerter
+
+    def _recheck(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
+                 received: datetime) -> str:
+        """The sender gate for a kept envelope's re-verification (not counted as live traffic)."""
+        return self.sender_auth.check(vm_id, body, properties, received, count=False)
 
     # ---- the public operations -------------------------------------------------------------------
     def handle_batch(
@@ -206,9 +215,32 @@ class CentralService:
                 for alert in unconfirmed_alerts(self.state, self.config.witness, now, self.ingest.raised):
                     self.ingest.remember_raised(alert.key)
                     self._raise_row(alert, result)
+                if self.sender_auth.enabled and self.reverifier.due(now):
+                    self.reverifier.run(now, result)  # the timer decides every active event anyway
 
             self._run(now, result, lambda: (before(), None)[1], timer=True)
             return result.decisions
+
+    def reverify(self, now: Optional[datetime] = None) -> Dict[str, Any]:
+        """The operator's trigger: re-verify the envelopes kept for a trust failure now, with this
+        instance's trust, and apply those that verify (as of when they were received)."""
+        if not self.sender_auth.enabled:
+            raise InvalidRequest("sender authentication is off (AUTHN_MODE=off): nothing is re-verified")
+        with self._lock:
+            now = aware(now)
+            result = BatchResult()
+            self._run(now, result, lambda: self.reverifier.run(now, result))
+            return {"at": now.isoformat(), "outcomes": dict(self.reverifier.last),
+                    "decisions": len(result.decisions), "heldForTrust": self.held_for_trust(now)}
+
+    def held_for_trust(self, now: Optional[datetime] = None) -> Dict[str, Any]:
+        """Envelopes kept for a trust failure, not yet re-verified: count, oldest, issuers."""
+        if not self.sender_auth.enabled:
+            return {"count": 0, "oldest": None, "issuers": []}
+        try:
+            return self.reverifier.summary(aware(now))
+        except StoreError as exc:
+            return {"error": str(exc)[:300]}
 
     def pending(self) -> List[Dict[str, Any]]:
         with self._lock:
@@ -220,7 +252,9 @@ class CentralService:
 
     def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            return views.fleet(self.state, self.policy, self.settings, aware(now))
+            out = views.fleet(self.state, self.policy, self.settings, aware(now))
+            out["heldForTrust"] = self.held_for_trust(now)
+            return out
 
     def health(self) -> Dict[str, Any]:
         with self._lock:
@@ -233,7 +267,7 @@ class CentralService:
                 self.counters,
                 self.store.staged_count,
                 self.transport.requests if self.transport else None,
-                self.sender_auth.status(),
+                {**self.sender_auth.status(), "heldForTrust": self.held_for_trust()},
                 self._shadow_status(),
             )
 

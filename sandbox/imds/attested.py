@@ -163,6 +163,12 @@ class AttestedDocuments:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     issued: List[Tuple[str, str]] = field(default_factory=list)  # (vm name, nonce): for tests/admin
 
+    def rotate(self, pki: SandboxPki) -> None:
+        """Sign every later document with `pki` (the CA-change drill: sandbox/imds/ca_change.py)."""
+        with self._lock:
+            self.pki = pki
+            self._cache.clear()
+
     def document(self, vm: str, identity: Identity, nonce: Optional[str],
                  now: Optional[float] = None) -> Dict[str, str]:
         if nonce is not None and not NONCE.fullmatch(nonce):
@@ -173,7 +179,9 @@ class AttestedDocuments:
             if cached is not None and now - cached[0] < self.cache_seconds:
                 return cached[1]
         value = nonce if nonce is not None else time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-        signed = self.pki.sign(content(identity, value, now, self.lifetime))
+        with self._lock:
+            pki = self.pki
+        signed = pki.sign(content(identity, value, now, self.lifetime))
         answer = {"encoding": "pkcs7", "signature": base64.b64encode(signed).decode("ascii")}
         with self._lock:
             self._cache[vm] = (now, answer)

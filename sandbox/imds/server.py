@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .admin import AdminApi
 from .arm import ArmStandIn
 from .attested import AttestedDocuments
+from .ca_change import CaChange
 from .clock import Clock
 from .fabric import Fabric, UnknownVm
 from .faults import FaultBook
@@ -37,6 +38,7 @@ class Simulator:
     admin: AdminApi
     verbose: bool = False
     arm: Optional[ArmStandIn] = None  # the ARM acknowledge API's stand-in (/subscriptions/...)
+    ca: Optional[CaChange] = None  # the CA-change drill (/admin/attestation, /aia/)
 
 
 def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
@@ -48,7 +50,7 @@ def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: i
     metadata = MetadataService(fabric, faults, limiter, first_call_delay)
     metadata.attested = attestation  # None: the attested route answers 404
     return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose,
-                     ArmStandIn(fabric))
+                     ArmStandIn(fabric), CaChange(attestation) if attestation is not None else None)
 
 
 def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
@@ -147,6 +149,16 @@ class Handler(BaseHTTPRequestHandler):
                 return error(400, "the body must be JSON")
         if self.sim.arm is not None and url.path == "/admin/arm" and self.command == "GET":
             return self.sim.arm.status()
+        if self.sim.ca is not None and url.path.startswith("/aia/") and self.command == "GET":
+            return self.sim.ca.certificate(url.path)
+        if self.sim.ca is not None and url.path.split("/")[1:3] == ["admin", "attestation"]:
+            try:
+                payload = json.loads(body or b"{}")
+            except ValueError:
+                return error(400, "the body must be JSON")
+            host, port = self.server.server_address[:2]
+            rest = [unquote(p) for p in url.path.split("/")[3:] if p]
+            return self.sim.ca.handle(self.command, rest, payload, f"http://{host}:{port}")
         if url.path == "/admin" or url.path.startswith("/admin/"):
             parts: List[str] = [unquote(p) for p in url.path[len("/admin/"):].split("/") if p]
             return self.sim.admin.handle(self.command, parts, query, body)

@@ -60,6 +60,7 @@ def test_functions_and_their_trigger_types() -> None:
         "decide": "httpTrigger",
         "decide_by_key": "httpTrigger",
         "fleet": "httpTrigger",
+        "reverify": "httpTrigger",
         "health": "httpTrigger",
     }
 
@@ -90,6 +91,7 @@ def test_http_routes_methods_and_function_auth_level() -> None:
         "decide": ("events/{event_id}/{action}", ("POST",), "anonymous"),
         "decide_by_key": ("automation/events/{event_id}/{action}", ("POST",), "function"),
         "fleet": ("fleet", ("GET",), "anonymous"),
+        "reverify": ("authn/reverify", ("POST",), "anonymous"),
         "health": ("health", ("GET",), "function"),
     }
 
