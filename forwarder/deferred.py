@@ -46,6 +46,8 @@ IMPORTERS: Dict[str, Dict[str, FrozenSet[str]]] = {
         "cryptography.hazmat.primitives.padding": frozenset({"PKCS7"}),
     },
     "urllib3.http2": {"importlib.metadata": frozenset({"version"})},
+    "msal": {"msal.application": frozenset({"ClientApplication", "ConfidentialClientApplication",
+                                            "PublicClientApplication"})},
     "msal.oauth2cli": {"msal.oauth2cli.authcode": frozenset({"AuthCodeReceiver"})},
     "msal.oauth2cli.oauth2": {"msal.oauth2cli.authcode": frozenset({"AuthCodeReceiver"})},
     "msal.application": {"msal.oauth2cli.authcode": frozenset({"is_wsl"})},
@@ -81,7 +83,7 @@ def deferring_import(table: Dict[str, FrozenSet[str]]) -> Any:
     """An `__import__` that returns `table`'s names as Deferred (when their module is not loaded yet)
     and does every other import as the real one."""
 
-    def _import(name: str, globals: Any = None, locals: Any = None,  # noqa: A002 - __import__'s names
+    def _import(name: str, globals: Any = None, locals: Any = None,  # __import__'s own names
                 fromlist: Sequence[str] = (), level: int = 0) -> Any:
         absolute = name
         if level and globals:
