@@ -50,7 +50,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from bench import Figure, median, record, spread_figure
 from bench.tlsrelay import TlsRelay, make_certificate
@@ -182,16 +182,23 @@ def measure(team: List[Agent], seconds: float) -> Dict[str, Dict[str, float]]:
     return figures
 
 
-def open_event(imds_port: int, team: List[Agent]) -> None:
-    """A Reboot naming every agent's VM, Scheduled for an hour (no approval comes: it stays open)."""
-    body = json.dumps({"eventType": "Reboot", "resources": [a.vm for a in team],
-                       "noticeSeconds": 3600}).encode()
-    request = urllib.request.Request(f"http://{processes.LOOPBACK}:{imds_port}/admin/events", data=body,
-                                     method="POST", headers={"Content-Type": "application/json"})
+def _admin(imds_port: int, path: str, body: Dict[str, Any], expect: int) -> Dict[str, Any]:
+    request = urllib.request.Request(f"http://{processes.LOOPBACK}:{imds_port}/admin/{path}",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(request, timeout=10) as response:
-        if response.status != 201:
-            raise RuntimeError(f"the simulator refused the event: {response.status}")
+        if response.status != expect:
+            raise RuntimeError(f"the simulator answered {response.status} to POST /admin/{path}")
+        return json.loads(response.read() or b"{}")
+
+
+def open_event(imds_port: int, team: List[Agent]) -> str:
+    """A Reboot naming every agent's VM, Scheduled for an hour (no approval comes: it stays open).
+    Returns its EventId (cancelled at the end of the run, so the next run starts idle)."""
+    event = _admin(imds_port, "events", {"eventType": "Reboot", "resources": [a.vm for a in team],
+                                         "noticeSeconds": 3600}, 201)
+    return str(event["eventId"])
 
 
 def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: argparse.Namespace,
@@ -202,6 +209,7 @@ def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: ar
     team = agents(python, imds_port, queue_port, work)
     logs = []
     states: Dict[str, Dict[str, Dict[str, float]]] = {}
+    event = ""
     try:
         for agent in team:
             log = open(work / f"{agent.vm}.log", "wb")
@@ -210,10 +218,12 @@ def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: ar
                                           stderr=subprocess.STDOUT, env={**base_env, **agent.env})
         time.sleep(args.warmup)  # imports, identity, first token, first send, first heartbeat
         states[IDLE] = measure(team, args.seconds)
-        open_event(imds_port, team)
+        event = open_event(imds_port, team)
         time.sleep(args.event_warmup)  # the incarnation sent, the approval parts and the queue SDK loaded
         states[EVENT] = measure(team, args.seconds)
     finally:
+        if event:
+            _admin(imds_port, f"events/{event}/cancel", {}, 200)
         for agent in team:
             if agent.proc is not None and agent.proc.poll() is None:
                 agent.proc.send_signal(signal.SIGTERM)
