@@ -25,10 +25,14 @@ SSL_CERT_DIR (a hashed CA directory holding it: the forwarder's Event Hubs TLS c
 it looks in the VM's /etc/ssl/certs) and REQUESTS_CA_BUNDLE (requests, for the queue). Binding port
 5671 needs root (this machine's benches run as root).
 
-Per agent and run: RSS sampled every second from /proc/<pid>/status (VmRSS) over the window, its
-median = the steady RSS; CPU = user+system seconds over the window, scaled to an hour. Printed: median
-[min-max] of the runs, in MiB and CPU s/hour, and each agent's ratio to the reference poller
-(requests) measured in the same runs. Goals (issue 13): production <= 40 MiB and <= 8 s CPU/hour.
+Two states per run, every agent measured side by side in each: idle (after the warm-up), then with
+an event open: a Reboot naming every agent's VM, Scheduled for an hour and never approved (the
+production forwarders then carry the approval parts and the Storage queue SDK, and poll the queue).
+Per agent, state and run: RSS sampled every second from /proc/<pid>/status (VmRSS) over the window,
+its median = the steady RSS; CPU = user+system seconds over the window, scaled to an hour. Printed:
+median [min-max] of the runs, in MiB and CPU s/hour, and each agent's ratio to the reference poller
+(requests) measured in the same runs and state. Goals (issue 22 point 6) for "forwarder, production"
+(signing): <= 40 MiB and <= 8 s CPU/hour idle, <= 45 MiB with the event open.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from bench import Figure, median, record, spread_figure
 from bench.tlsrelay import TlsRelay, make_certificate
@@ -57,7 +62,11 @@ LOCK = processes.REPO / "infra" / "forwarder" / "requirements-vm.txt"
 RESULTS = Path(__file__).resolve().parent / "results" / "forwarder_footprint.md"
 AMQPS_HOST, AMQPS_PORT = "127.0.0.13", 5671
 HUB = "scheduled-events"
-GOAL_RSS_MIB, GOAL_CPU = 40.0, 8.0
+IDLE, EVENT = "idle", "event open"
+# issue 22 point 6: the production forwarder (signing) <= 40 MiB and <= 8 s CPU/hour idle, <= 45 MiB with
+# an event naming the VM open.
+GOALS = {IDLE: (40.0, 8.0), EVENT: (45.0, 0.0)}
+PRODUCTION = "forwarder, production"
 REPEATS_INSIDE = True  # --runs (default 3): its figures are medians with their range
 REFERENCE = "reference poller (requests)"
 
@@ -149,12 +158,58 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def measure(team: List[Agent], seconds: float) -> Dict[str, Dict[str, float]]:
+    """Each agent's RSS (1 s samples: median and max) and CPU over one window of `seconds`."""
+    for agent in team:
+        if agent.proc is None or agent.proc.poll() is not None:
+            raise RuntimeError(f"{agent.label} exited early; see its log")
+    samples: Dict[str, List[int]] = {a.label: [] for a in team}
+    cpu0 = {a.label: cpu_seconds(a.proc.pid) for a in team if a.proc}
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        for agent in team:
+            assert agent.proc is not None
+            samples[agent.label].append(rss_bytes(agent.proc.pid))
+        time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+    window = time.monotonic() - t0
+    figures = {}
+    for agent in team:
+        assert agent.proc is not None
+        figures[agent.label] = {"rss": median(samples[agent.label]) / MIB,
+                                "rss_max": max(samples[agent.label]) / MIB,
+                                "cpu": (cpu_seconds(agent.proc.pid) - cpu0[agent.label]) / window * 3600}
+    return figures
+
+
+def _admin(imds_port: int, path: str, body: Dict[str, Any], expect: int) -> Dict[str, Any]:
+    request = urllib.request.Request(f"http://{processes.LOOPBACK}:{imds_port}/admin/{path}",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as response:
+        if response.status != expect:
+            raise RuntimeError(f"the simulator answered {response.status} to POST /admin/{path}")
+        return json.loads(response.read() or b"{}")
+
+
+def open_event(imds_port: int, team: List[Agent]) -> str:
+    """A Reboot naming every agent's VM, Scheduled for an hour (no approval comes: it stays open).
+    Returns its EventId (cancelled at the end of the run, so the next run starts idle)."""
+    event = _admin(imds_port, "events", {"eventType": "Reboot", "resources": [a.vm for a in team],
+                                         "noticeSeconds": 3600}, 201)
+    return str(event["eventId"])
+
+
 def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: argparse.Namespace,
-            base_env: Dict[str, str]) -> Dict[str, Dict[str, float]]:
+            base_env: Dict[str, str]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """{state: {agent: figures}} for the two states, idle then with an event open, in one run."""
     work = Path(tempfile.mkdtemp(prefix=f"footprint-{number}-"))
     (work / "empty.json").write_text("{}")
     team = agents(python, imds_port, queue_port, work)
     logs = []
+    states: Dict[str, Dict[str, Dict[str, float]]] = {}
+    event = ""
     try:
         for agent in team:
             log = open(work / f"{agent.vm}.log", "wb")
@@ -162,26 +217,13 @@ def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: ar
             agent.proc = subprocess.Popen(agent.argv, cwd=processes.REPO, stdout=log,
                                           stderr=subprocess.STDOUT, env={**base_env, **agent.env})
         time.sleep(args.warmup)  # imports, identity, first token, first send, first heartbeat
-        for agent in team:
-            if agent.proc is None or agent.proc.poll() is not None:
-                raise RuntimeError(f"{agent.label} exited early; see {work / (agent.vm + '.log')}")
-        samples: Dict[str, List[int]] = {a.label: [] for a in team}
-        cpu0 = {a.label: cpu_seconds(a.proc.pid) for a in team if a.proc}
-        t0 = time.monotonic()
-        end = t0 + args.seconds
-        while time.monotonic() < end:
-            for agent in team:
-                assert agent.proc is not None
-                samples[agent.label].append(rss_bytes(agent.proc.pid))
-            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
-        window = time.monotonic() - t0
-        figures = {}
-        for agent in team:
-            assert agent.proc is not None
-            figures[agent.label] = {"rss": median(samples[agent.label]) / MIB,
-                                    "rss_max": max(samples[agent.label]) / MIB,
-                                    "cpu": (cpu_seconds(agent.proc.pid) - cpu0[agent.label]) / window * 3600}
+        states[IDLE] = measure(team, args.seconds)
+        event = open_event(imds_port, team)
+        time.sleep(args.event_warmup)  # the incarnation sent, the approval parts and the queue SDK loaded
+        states[EVENT] = measure(team, args.seconds)
     finally:
+        if event:
+            _admin(imds_port, f"events/{event}/cancel", {}, 200)
         for agent in team:
             if agent.proc is not None and agent.proc.poll() is None:
                 agent.proc.send_signal(signal.SIGTERM)
@@ -199,7 +241,7 @@ def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: ar
             if backlog or error:
                 raise RuntimeError(f"{agent.label} did not publish (backlog {backlog}, last error {error}); "
                                    f"see {work / (agent.vm + '.log')}")
-    return figures
+    return states
 
 
 def outbox_health(state: Path) -> tuple:
@@ -228,17 +270,28 @@ def summary(runs: List[Dict[str, Dict[str, float]]]) -> List[str]:
     return rows
 
 
+def tables(runs: List[Dict[str, Dict[str, Dict[str, float]]]]) -> List[str]:
+    lines: List[str] = []
+    for state in (IDLE, EVENT):
+        lines += [f"{state} (goal for the production forwarder: RSS <= {GOALS[state][0]:g} MiB"
+                  + (f", CPU <= {GOALS[state][1]:g} s/hour" if GOALS[state][1] else "") + "):", "",
+                  *summary([r[state] for r in runs]), ""]
+    return lines
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.forwarder_footprint", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=120.0, help="measured window per run")
     parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--event-warmup", type=float, default=15.0,
+                        help="seconds between opening the event and measuring that state")
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(processes.REPO)}")
     args = parser.parse_args(argv)
     python = vm_python()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_FORWARDER_", "PYTHON"))}
-    runs: List[Dict[str, Dict[str, float]]] = []
+    runs: List[Dict[str, Dict[str, Dict[str, float]]]] = []
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -258,29 +311,32 @@ def main(argv: List[str]) -> int:
             relay.stop()
             for server in (azurite, hub, imds):
                 server.stop()
-    rows = summary(runs)
+    rows = tables(runs)
     print("\n".join(rows))
-    production = [r["forwarder, production"] for r in runs]
-    rss, cpu = median([p["rss"] for p in production]), median([p["cpu"] for p in production])
-    print(f"production forwarder: {rss:.1f} MiB (goal <= {GOAL_RSS_MIB:g}), {cpu:.1f} s CPU/hour "
-          f"(goal <= {GOAL_CPU:g})")
-    if args.write:
-        write(rows, args, time.time() - started)
     name = "forwarder_footprint"
     figures = []
-    for label in runs[0]:
-        rss_m = median([r[label]["rss"] for r in runs])
-        cpu_m = median([r[label]["cpu"] for r in runs])
-        goal = label == "forwarder, production"
-        figures += [
-            spread_figure(Figure(name, f"RSS, steady ({label})", 0, "MiB",
-                                 f"<= {GOAL_RSS_MIB:g}" if goal else "",
-                                 rss_m <= GOAL_RSS_MIB if goal else None),
-                          [round(r[label]["rss"], 1) for r in runs]),
-            spread_figure(Figure(name, f"CPU per hour at 1 Hz ({label})", 0, "s/h",
-                                 f"<= {GOAL_CPU:g}" if goal else "", cpu_m <= GOAL_CPU if goal else None),
-                          [round(r[label]["cpu"], 1) for r in runs]),
-        ]
+    for state in (IDLE, EVENT):
+        goal_rss, goal_cpu = GOALS[state]
+        production = [r[state][PRODUCTION] for r in runs]
+        rss, cpu = median([p["rss"] for p in production]), median([p["cpu"] for p in production])
+        print(f"production forwarder, {state}: {rss:.1f} MiB (goal <= {goal_rss:g}), {cpu:.1f} s CPU/hour"
+              + (f" (goal <= {goal_cpu:g})" if goal_cpu else ""))
+        for label in runs[0][state]:
+            rss_m = median([r[state][label]["rss"] for r in runs])
+            cpu_m = median([r[state][label]["cpu"] for r in runs])
+            goal = label == PRODUCTION
+            cpu_goal = goal and bool(goal_cpu)
+            figures += [
+                spread_figure(Figure(name, f"RSS, {state} ({label})", 0, "MiB",
+                                     f"<= {goal_rss:g}" if goal else "", rss_m <= goal_rss if goal else None),
+                              [round(r[state][label]["rss"], 1) for r in runs]),
+                spread_figure(Figure(name, f"CPU per hour at 1 Hz, {state} ({label})", 0, "s/h",
+                                     f"<= {goal_cpu:g}" if cpu_goal else "",
+                                     cpu_m <= goal_cpu if cpu_goal else None),
+                              [round(r[state][label]["cpu"], 1) for r in runs]),
+            ]
+    if args.write:
+        write(rows, args, time.time() - started)
     record(figures)
     return 0
 
@@ -291,12 +347,16 @@ def write(rows: List[str], args: argparse.Namespace, took: float) -> None:
     machine = report.machine()
     lines = ["# Forwarder footprint (bench/forwarder_footprint.py)", "",
              f"- Command: `python -m bench.forwarder_footprint --runs {args.runs} --seconds {args.seconds:g} "
-             f"--write` (took {took / 60:.1f} min)",
+             f"--warmup {args.warmup:g} --event-warmup {args.event_warmup:g} --write` "
+             f"(took {took / 60:.1f} min)",
              f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {report._commit()}",
              *(f"- {k}: {v}" for k, v in machine.items()),
              "- Shared machine: other work ran on it at the same time.", "",
-             f"{args.runs} runs x {args.seconds:g} s at 1 Hz, all agents side by side on one IMDS simulator "
-             "in each run; median [min-max] of the runs. Steady RSS = the median of a run's 1 s samples.",
+             f"{args.runs} runs, each: {args.warmup:g} s warm-up, {args.seconds:g} s idle, then a Reboot "
+             f"naming every agent's VM opened (Scheduled, no approval), {args.event_warmup:g} s, "
+             f"{args.seconds:g} s measured; all agents side by side on one IMDS simulator at 1 Hz; "
+             "median [min-max] of the runs. "
+             "Steady RSS = the median of a run's 1 s samples.",
              "",
              *rows, ""]
     RESULTS.write_text("\n".join(lines), encoding="utf-8")

@@ -111,9 +111,11 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("run", "check"):
+        from . import deferred
         from .footprint import skip_charset_detection
 
         skip_charset_detection()
+        deferred.install()
     try:
         config = load(_given(args), os.environ)
     except ConfigError as exc:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..sinks.eventhub import hashed_ca_dir
+
 POISON_SUFFIX = "-poison"
 # The SDK's default retries wait 15 s, 18 s, 24 s... inside one call. The reader has its own jittered
 # backoff around each poll, so the SDK retries little and fails fast; short timeouts keep a hung
@@ -37,8 +39,12 @@ def queue_client(
         )
     if credential is None:
         raise ValueError("a queue service URI needs a credential (the managed identity)")
+    # HTTPS verified against the OS's hashed CA directory, as the Event Hubs sink does: OpenSSL loads a
+    # CA only when a chain needs it, where requests' default loads certifi's whole bundle (~1.5 MiB).
+    capath = hashed_ca_dir()
+    verify = {"connection_verify": capath} if capath else {}
     return QueueClient(account_url=service_uri, queue_name=queue_name, credential=credential,
-                       **CLIENT_OPTIONS)
+                       **CLIENT_OPTIONS, **verify)
 
 
 def poison_queue_name(queue_name: str) -> str:

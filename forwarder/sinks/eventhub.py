@@ -306,15 +306,21 @@ def _event(env: Dict[str, Any], event_data: Any,
 _HASHED = re.compile(r"^[0-9a-f]{8}\.[0-9]+$")
 
 
-def tls_context() -> Optional[ssl.SSLContext]:
-    """A verifying client context over the OS's hashed CA directory (SSL_CERT_DIR or OpenSSL's default),
-    looked up lazily; None when there is none (then the SDK's default, certifi's bundle)."""
+def hashed_ca_dir() -> Optional[str]:
+    """The OS's hashed CA directory (SSL_CERT_DIR or OpenSSL's default), or None when there is none."""
     capath = ssl.get_default_verify_paths().capath
     try:
         hashed = bool(capath) and any(_HASHED.match(name) for name in os.listdir(capath))
     except OSError:
         hashed = False
-    if not hashed:
+    return capath if hashed else None
+
+
+def tls_context() -> Optional[ssl.SSLContext]:
+    """A verifying client context over the OS's hashed CA directory, looked up lazily; None when there
+    is none (then the SDK's default, certifi's bundle)."""
+    capath = hashed_ca_dir()
+    if capath is None:
         return None
     context = ssl.create_default_context(capath=capath)  # verifies the peer and its host name
     context.minimum_version = ssl.TLSVersion.TLSv1_2

@@ -196,7 +196,7 @@ def test_an_altered_document_content_breaks_azures_signature(fleet: Dict[str, An
     altered = base64.b64encode(info.dump(force=True)).decode()
     body = body_for(vm0)
     attestor_key = fleet["attestors"]["vm1"]._key
-    forged = material(attestor_key.private, attestor_key.public, altered, body)
+    forged = material(attestor_key, attestor_key.public, altered, body)
     rejected(check(fleet, body, forged, vm0), "forged")
 
 
