@@ -35,7 +35,7 @@ from bench import odata_filter as odata
 
 TABLE_PORT, QUEUE_PORT, BLOB_PORT = 1, 2, 3  # the connection string's ports: names, never dialled
 _ENTITY_PATH = re.compile(r"^([A-Za-z][A-Za-z0-9]{2,62})\(PartitionKey='(.*)',RowKey='(.*)'\)$", re.DOTALL)
-_PART = re.compile(r"^(GET|POST|PUT|PATCH|MERGE|DELETE) (\S+) HTTP/1\.1\r?\n(.*?)\r?\n\r?\n(.*)$", re.DOTALL)
+_PART = re.compile(r"^(GET|POST|PUT|PATCH|MERGE|DELETE) (\S+) HTTP/1\.1\n(.*?)(?:\n\n(.*))?$", re.DOTALL)
 Answer = Tuple[int, Dict[str, str], bytes]
 
 
@@ -277,14 +277,14 @@ class MemoryStorage:
         return 202, {"Content-Type": f"multipart/mixed; boundary={out_batch}"}, "".join(chunks).encode()
 
     def _batch_op(self, index: int, raw: str) -> str:
-        found = _PART.match(raw.strip("\n") + "\n")
+        found = _PART.match(raw.strip("\n"))
         if not found:
             raise Failure(400, "InvalidInput", "an operation of the $batch cannot be read")
         method, url, head, payload = found.groups()
         sub_headers = {k.strip().lower(): v.strip() for k, _, v in
                        (line.partition(":") for line in head.split("\n") if ":" in line)}
         path = unquote(urlsplit(url).path).split("/", 2)[-1]
-        entity = json.loads(payload) if payload.strip() else {}
+        entity = json.loads(payload) if payload and payload.strip() else {}
         entity_path = _ENTITY_PATH.match(path)
         if method == "POST":
             table, pk, rk = path, entity.get("PartitionKey", ""), entity.get("RowKey", "")
