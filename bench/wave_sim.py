@@ -291,7 +291,7 @@ def main(argv: List[str]) -> int:
                         help="virtual time after the last report")
     parser.add_argument("--verbose", action="store_true", help="a line per call")
     parser.add_argument("--max-real-seconds", type=float, default=150.0,
-                        help="stop the main run after this long (the figures then cover the virtual time reached)")
+                        help="stop the main run after this long (figures cover the virtual time reached)")
     parser.add_argument("--validate-seconds", type=float, default=50.0,
                         help="the same bound for each 1,000-VM validation run")
     parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True,
