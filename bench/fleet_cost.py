@@ -4,19 +4,26 @@ pipeline (bench.fleet_units), priced at list prices (bench.azure_prices) for 1k,
     python -m bench.fleet_cost [--sizes 1000,10000] [--interval 60] [--events-per-vm-month 4]
 
 Counted per run (method in docs/sizing.md): Event Hubs ingress events and bytes; ingest executions and
-their durations (GB-s at the instance memory infra/main.bicep deploys); Table, Queue and Blob requests
+their active time, priced as GB-s at the instance memory infra/main.bicep deploys. Flex Consumption on
+demand bills the instance memory while an instance is executing (learn.microsoft.com/azure/ azure-
+functions/functions-consumption-costs, Flex Consumption billing modes), which on Azure is the
+execution's CPU plus its waits on Storage: the executions' own thread CPU is measured (the runner logs
+it; other load on this shared machine barely moves it, unlike wall time) and each counted Table/Queue
+request adds bench.table_model's mean Azure latency (~8.4 ms, assumed). The wall-clock durations timed
+here (Azurite on a loaded machine) are priced beside it for comparison; Table, Queue and Blob requests
 (counting proxies: the State/log tables, the approval queues, the trigger's checkpoint and ownership
 blobs); the log records Application Insights would receive under the repo's host.json (the host's
-request per execution and Executing/Executed traces, central's own lines by level, the host's
-aggregated per-function metrics, central's OpenTelemetry metrics). Modelled, and said so in the output:
-the VMs' own queue reads per event, one approval-result envelope per event (priced as one incarnation),
-heartbeat markers per VM-hour (central names each VM once per 300 s, the VMs of a batch
-in one line; the played heartbeats span less time), Capture's files. The heartbeat interval is a
-parameter: units per heartbeat are measured at the fleet's rate for the sizes played; the largest
-played size stands in for larger fleets (its batches are smaller than theirs would be, so executions
-per envelope are over-, not under-counted).
+request per execution and Executing/Executed traces, central's own lines by level, the host's aggregated
+per-function metrics, central's OpenTelemetry metrics). Modelled, and said so in the output: the VMs'
+own queue reads per event, one approval-result envelope per event (priced as one incarnation), heartbeat
+markers per VM-hour (central names each VM once per 300 s, the VMs of a batch in one line; the played
+heartbeats span less time), Capture's files. The heartbeat interval is a parameter: units per heartbeat
+are measured at the fleet's rate for the sizes played; the largest played size stands in for larger
+fleets (its batches are smaller than theirs would be, so executions per envelope are over-, not under-
+counted).
 
-Counts are not timings: other processes loading the CPU do not change them; durations, hence GB-s, do.
+Counts are not timings: other processes loading the CPU do not change them; wall-clock durations do,
+which is why they are not what GB-s is priced from.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from bench.azure_prices import (
     TRACE_RECORD_BYTES,
 )
 from bench.fleet_units import PARTITIONS, Run, measure
+from bench.table_model import MEDIAN_S, SIGMA
 from central.telemetry.metrics import HEARTBEATS_PER_LINE
 from sandbox import processes
 
@@ -49,6 +57,7 @@ HEARTBEAT_LOG_EVERY = 300.0  # central.intake.plan.HEARTBEAT_LOG_EVERY (one se.h
 AGGREGATOR_ROWS = 7  # Host.Aggregator: Count, Successes, Failures, SuccessRate, Min/Max/AvgDuration per flush
 AGGREGATOR_FLUSHES_PER_HOUR = 120  # its default flush timeout, 30 s
 CAPTURE_BLOCK = 4 * 1024 * 1024  # Capture's blob block (assumed 4 MiB per Put Block)
+STORAGE_MEAN_S = MEDIAN_S * math.exp(SIGMA ** 2 / 2)  # the mean of bench.table_model's lognormal, ~8.4 ms
 
 
 def host_levels(path: Path = REPO / "host.json") -> Dict[str, int]:
@@ -108,6 +117,8 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
         return max(0.0, value - idle_rate * w.seconds) * per_event * events
 
     s_exec, w_exec = s.executions.get("ingest", 0), w.executions.get("ingest", 0)
+    table = steady_rate(s.table, idle_t) + wave_rate(w.table, idle_t)
+    queue = steady_rate(s.queue) + wave_rate(w.queue)
     s_logs, w_logs = log_bytes(s.logs, s_exec, levels), log_bytes(w.logs, w_exec, levels)
     # `se.heartbeat`: each VM named once per 300 s; a line names the VMs of one batch (at most 100):
     # a record per line, the measured bytes per VM named
@@ -119,10 +130,14 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
         "eh_events": beats + 4 * events,
         "eh_bytes": s.bytes / s.envelopes * beats + w.bytes / max(1, w.envelopes) * 4 * events,
         "executions": steady_rate(s_exec) + wave_rate(w_exec),
-        "exec_seconds": steady_rate(s.exec_ms.get("ingest", 0) / 1000.0)
+        # billed active time (module docstring): the executions' own CPU + their Storage round trips
+        # at Azure's mean latency; the wall-clock durations timed here are kept for comparison
+        "exec_seconds": steady_rate(s.cpu_us.get("ingest", 0) / 1e6)
+        + wave_rate(w.cpu_us.get("ingest", 0) / 1e6) + (table + queue) * STORAGE_MEAN_S,
+        "exec_seconds_wall": steady_rate(s.exec_ms.get("ingest", 0) / 1000.0)
         + wave_rate(w.exec_ms.get("ingest", 0) / 1000.0),
-        "table": steady_rate(s.table, idle_t) + wave_rate(w.table, idle_t),
-        "queue_central": steady_rate(s.queue) + wave_rate(w.queue),
+        "table": table,
+        "queue_central": queue,
         "queue_vm": vm_reads * events,
         "blob": steady_rate(s.blob, idle_b) + wave_rate(w.blob, idle_b),
         "log_records": steady_rate(s_logs["records"]) + wave_rate(w_logs["records"])
@@ -179,6 +194,8 @@ def bill(n: int, per_vm: Dict[str, float], run: Run, levels: Dict[str, int], mem
         lines["Capture (TU-hours)"] = tus * HOURS_PER_MONTH * p["eh_capture_tu_hour"]
         lines["Capture blob writes"] = (files + blocks) / 1e4 * p["blob_10k"]
     lines.update({"_tus": tus, "_instances": instances, "_events_s": events_s, "_bytes_s": bytes_s})
+    wall = (n * per_vm["exec_seconds_wall"] + fixed["exec_seconds"]) * HOURS_PER_MONTH
+    lines["_gbs_wall"] = wall * mem_gb * p["fx_gb_s"]  # as timed wall-clock here, for comparison
     lines["_log_gb"] = month["log_bytes"] / 1e9
     return lines
 
@@ -213,8 +230,9 @@ def main(argv: List[str]) -> int:
     figures: List[Figure] = []
     timer_s = 0.05  # the minute timer's execution, s (ASSUMED: played runs are too short to hold one)
     for n, run in runs.items():
-        if run.steady.executions.get("reevaluate"):
-            timer_s = run.steady.exec_ms["reevaluate"] / 1000.0 / run.steady.executions["reevaluate"]
+        if run.steady.executions.get("reevaluate"):  # its CPU + the idle Table requests (its own)
+            timer_s = (run.steady.cpu_us.get("reevaluate", 0) / 1e6 / run.steady.executions["reevaluate"]
+                       + run.idle_table / max(run.idle_seconds, 1e-9) * 60.0 * STORAGE_MEAN_S)
         per_vm = units_per_vm_hour(run, args, levels)
         print(f"played {n} VMs: steady {run.steady.envelopes} heartbeats in {run.steady.seconds:.0f} s, "
               f"{run.steady.executions.get('ingest', 0)} executions; wave {run.wave_events} events "
@@ -223,7 +241,8 @@ def main(argv: List[str]) -> int:
         w, k = run.wave, max(1, run.wave_events)
         print(f"  wave, per event (3 incarnations): Table {w.table / k:.2f}, Queue {w.queue / k:.2f}, "
               f"executions {w.executions.get('ingest', 0) / k:.2f}")
-        for key in ("executions", "exec_seconds", "table", "queue_central", "blob", "log_bytes"):
+        for key in ("executions", "exec_seconds", "exec_seconds_wall", "table", "queue_central", "blob",
+                    "log_bytes"):
             figures.append(Figure("fleet_cost", f"played {n} VMs: {key} per VM-hour",
                                   round(per_vm[key], 5), ""))
     print(f"\nprices (USD; {len(PRICES)} meters, sources in bench/azure_prices.py and docs/sizing.md); "
@@ -243,10 +262,15 @@ def main(argv: List[str]) -> int:
                 if not k.startswith("_"):
                     print(f"  {k:<42} {v:>10.2f} USD/month")
             print(f"  {'total':<42} {total:>10.2f} USD/month = {total / size:.5f} USD per VM-month")
+            wall_total = total - lines["Functions GB-s"] + lines["_gbs_wall"]
+            print(f"  (GB-s from wall-clock durations timed on this machine instead: "
+                  f"{lines['_gbs_wall']:.2f}; total {wall_total / size:.5f} USD per VM-month)")
             goal = "<= 0.01" if size == 10000 and not capture else ""
             figures.append(Figure("fleet_cost", f"{label}: USD per VM-month", round(total / size, 5), "USD",
                                   goal, (total / size <= 0.01) if goal else None))
             if not capture:
+                figures.append(Figure("fleet_cost", f"{label}: USD per VM-month, GB-s as timed wall-clock",
+                                      round(wall_total / size, 5), "USD"))
                 figures.append(Figure("fleet_cost", f"{size} VMs: Log Analytics GB per month",
                                       round(lines["_log_gb"], 2), "GB"))
     record(figures)

@@ -33,6 +33,7 @@ HUB = "scheduled-events"
 PARTITIONS = 4
 LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<name>[\w.]+): (?P<msg>.*)$")
 EXECUTED = re.compile(r"^Executed 'Functions\.(\w+)' \((\w+), Id=[^,]+, Duration=(\d+)ms\)")
+CPU = re.compile(r"^Execution CPU 'Functions\.(\w+)' \(Id=[^,]+, Cpu=(\d+)us\)")
 INGESTED = re.compile(r"ingest: (\d+) received")
 
 
@@ -45,6 +46,7 @@ class Phase:
     seconds: float = 0.0
     executions: Dict[str, int] = field(default_factory=dict)  # function -> count
     exec_ms: Dict[str, int] = field(default_factory=dict)  # function -> summed Duration
+    cpu_us: Dict[str, int] = field(default_factory=dict)  # function -> summed thread CPU of its executions
     table: int = 0
     queue: int = 0
     blob: int = 0
@@ -175,6 +177,9 @@ class Meter:
                 fn = done.group(1)
                 p.executions[fn] = p.executions.get(fn, 0) + 1
                 p.exec_ms[fn] = p.exec_ms.get(fn, 0) + int(done.group(3))
+            spent = CPU.match(msg)
+            if spent:
+                p.cpu_us[spent.group(1)] = p.cpu_us.get(spent.group(1), 0) + int(spent.group(2))
         return p
 
 

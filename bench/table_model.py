@@ -1,9 +1,10 @@
 """A Table/Queue storage latency and throttling model in virtual time (bench.wave_sim's stand-in).
 
-The requests themselves go to Azurite (the real protocol: ETags, conditional writes, `$batch`), through
-an azure-core transport that, besides sending each one, charges its caller a *modelled* duration on a
-virtual clock instead of Azurite's own. So the simulation measures what central's code does (how many
-round trips, which lose races) at Azure's pace, not at this loaded 2-core machine's.
+The requests themselves go to a Table/Queue service (the in-memory stand-in bench.table_memory
+by default, or Azurite: ETags, conditional writes, `$batch`), through an azure-core transport that,
+besides sending each one, charges its caller a *modelled* duration on a virtual clock instead of the
+service's own. So the simulation measures what central's code does (how many round trips, which lose
+races) at Azure's pace, not at this loaded 2-core machine's.
 
 The model (documented in docs/sizing.md; the figures are assumptions unless cited there):
 - latency per request: lognormal, median 6 ms, p99 ~40 ms for a point operation (same-region client);
@@ -60,13 +61,13 @@ class Model:
     """Shared by every instance's transport: the account's and the partitions' buckets."""
 
     seed: int = 24
-    use_measured: bool = False  # True: charge Azurite's own latency instead (the validation run)
+    use_measured: bool = False  # True: charge the service's own latency instead (the validation run)
     rng: random.Random = field(default_factory=random.Random)
     account: Bucket = field(default_factory=lambda: Bucket(ACCOUNT_REQUESTS_PER_S, ACCOUNT_REQUESTS_PER_S))
     partitions: Dict[str, Bucket] = field(default_factory=dict)
     throttled: int = 0
     samples: List[float] = field(default_factory=list)  # charged latencies, s
-    measured: List[float] = field(default_factory=list)  # Azurite's latencies, s
+    measured: List[float] = field(default_factory=list)  # the service's own latencies (wall-clock), s
 
     def __post_init__(self) -> None:
         self.rng.seed(self.seed)
@@ -86,7 +87,7 @@ class Model:
 
 
 class ModelTransport(CountingTransport):
-    """An instance's transport: sends to Azurite, charges `clock` (the instance's virtual seconds spent
+    """An instance's transport: sends to the service, charges `clock` (the instance's virtual seconds spent
     waiting on Storage in the current call) with the model's duration."""
 
     def __init__(self, model: Model, **kwargs: Any) -> None:

@@ -316,3 +316,23 @@ def test_min_event_batch_size_holds_a_partitions_events_until_enough_or_max_wait
     trigger._on_partition_close(p1, "OWNERSHIP_LOST")  # the cache is dropped: the next owner reads it again
     time.sleep(wait * 1.5)
     assert len(calls) == 4
+
+
+def test_an_execution_logs_its_own_cpu_beside_the_hosts_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """The runner logs each execution's thread CPU (bench.fleet_cost prices GB-s from it) on a line of
+    its own, after the host's Executed line, which keeps the host's format."""
+    import logging
+
+    from bench.fleet_units import CPU, EXECUTED
+    from sandbox.functions.loader import FunctionSpec
+
+    def busy() -> int:
+        return sum(i * i for i in range(200_000))  # some CPU, so the figure is above zero
+
+    spec = FunctionSpec("busy", {"type": "timerTrigger"}, [], busy, None)
+    with caplog.at_level(logging.INFO, logger="sandbox.functions"):
+        spec.invoke("test")
+    lines = [r.getMessage() for r in caplog.records]
+    assert EXECUTED.match(lines[-2])
+    found = CPU.match(lines[-1])
+    assert found and found.group(1) == "busy" and int(found.group(2)) > 0
