@@ -22,6 +22,7 @@ from .identity import Identity
 from .metadata import MetadataService, Request
 from .ratelimit import SlidingWindowLimiter
 from .requestlog import Entry, RequestLog
+from .resource_graph import ResourceGraphStandIn
 from .responses import Response, error
 
 MAX_BODY = 1024 * 1024
@@ -37,6 +38,7 @@ class Simulator:
     admin: AdminApi
     verbose: bool = False
     arm: Optional[ArmStandIn] = None  # the ARM acknowledge API's stand-in (/subscriptions/...)
+    graph: Optional[ResourceGraphStandIn] = None  # Resource Graph's stand-in (/providers/...ResourceGraph)
 
 
 def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
@@ -48,7 +50,7 @@ def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: i
     metadata = MetadataService(fabric, faults, limiter, first_call_delay)
     metadata.attested = attestation  # None: the attested route answers 404
     return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose,
-                     ArmStandIn(fabric))
+                     ArmStandIn(fabric), ResourceGraphStandIn(fabric))
 
 
 def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
@@ -140,6 +142,8 @@ class Handler(BaseHTTPRequestHandler):
             query.setdefault(key, value)
         if self.sim.arm is not None and url.path.lower().startswith("/subscriptions/"):
             return self.sim.arm.handle(self.command, url.path, query, self.headers, body)
+        if self.sim.graph is not None and url.path.lower().startswith("/providers/microsoft.resourcegraph/"):
+            return self.sim.graph.handle(self.command, url.path, query, self.headers, body)
         if self.sim.arm is not None and url.path == "/admin/arm" and self.command == "POST":
             try:
                 return self.sim.arm.configure(json.loads(body or b"{}"))
