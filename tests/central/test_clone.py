@@ -17,7 +17,8 @@ def rich() -> EventRecord:
     rec.absorb({"EventId": "E-1", "EventType": "Reboot", "Resources": ["b", "a"], "EventStatus": "Scheduled",
                 "NotBefore": "Wed, 25 Nov 2026 12:15:00 GMT", "DurationInSeconds": 5}, "id-a", "a", T0)
     rec.move("Started", T0 + timedelta(minutes=1), "a")
-    rec.approvals.append(Approval(1, "m-1", "id-a", "a", "q-a", "approve", "policy:r", T0, T0 + timedelta(minutes=5),
+    rec.approvals.append(Approval(1, "m-1", "id-a", "a", "q-a", "approve", "policy:r", T0,
+                                  T0 + timedelta(minutes=5),
                                   message={"eventId": "E-1", "nested": [1, {"x": 2}]}))
     rec.decision = {"action": "approve", "rule": "r", "at": T0.isoformat()}
     rec.platform = {"status": "Started", "gridIds": ["g1", "g2"], "owner": {"kind": "virtualMachines"},
