@@ -5,8 +5,14 @@ CentralService.handle_platform_batch (one instance) on Azurite, for the two case
                Event Grid id), the steady case to compare with a steady signed envelope (0.23-0.28 ms)
   transitions  every event a new status of a known event (Scheduled -> Started -> Completed): a State
                commit, alerts owed, decisions; compare with central_throughput's `events` scenario
+  signed       in the same run and process, central_throughput's `steady-authn` scenario (signed envelopes
+               that change no event, --signed-batches of 100): the figure the goal names, so the ratio
+               transitions / signed is taken under the same load on a shared machine
 
-    python -m bench.platform_feed [--events 600] [--runs 3]
+    python -m bench.platform_feed [--events 600] [--runs 3] [--signed-batches 10]
+
+As in central_throughput, central's logger is set to ERROR: with no webhook configured every alert would
+otherwise be printed (two lines per transition), which is not what central does with a webhook.
 
 Each scenario runs --runs times (a fresh table prefix each); figures are the median [min-max]. Every body is
 made before the clock starts. Bounded: a fixed number of events; Azurite is stopped by PID at the end.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import sys
 import time
@@ -25,6 +32,8 @@ from email.utils import format_datetime
 from typing import Any, Dict, List
 
 from bench import Figure, record, spread_figure
+from bench.central_throughput import FakeVm
+from bench.central_throughput import run as run_envelopes
 from central.runtime.service import CentralService
 from sandbox import processes
 
@@ -74,25 +83,45 @@ def main(argv: List[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=600)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--signed-batches", type=int, default=10)
     args = parser.parse_args(argv)
+    logging.getLogger("central").setLevel(logging.ERROR)  # no webhook here: do not print each alert
+    from sandbox.imds.signer import Signer
+
+    signer = Signer()
     azurite = processes.start_azurite()
-    runs: Dict[str, List[Dict[str, Any]]] = {"redelivered": [], "transitions": []}
+    runs: Dict[str, List[Dict[str, Any]]] = {"redelivered": [], "transitions": [], "signed": []}
     try:
         conn = azurite.extra["connection_string"]
         for _ in range(max(1, args.runs)):
-            for name in runs:
+            for name in ("redelivered", "transitions"):
                 svc = CentralService.from_settings({"ApprovalStorage": conn,
                                                     "TABLE_PREFIX": "pf" + uuid.uuid4().hex[:10]})
                 runs[name].append(run(svc, args.events, name))
+            svc = CentralService.from_settings({"ApprovalStorage": conn, "AUTHN_TRUST_PEM": signer.trust_pem,
+                                                "TABLE_PREFIX": "pfs" + uuid.uuid4().hex[:10]},
+                                               count_requests=True)
+            got = run_envelopes(svc, [FakeVm(i) for i in range(300)], max(1, args.signed_batches), 0,
+                                "signed", signer)
+            assert got["refused"] == 0, "signed envelopes were refused: the figure would measure refusals"
+            runs["signed"].append({"cpu_ms_per_event": got["cpu_ms_per_envelope"]})
     finally:
         azurite.stop()
     figures = []
-    for name, goal in (("redelivered", "<= 0.28"), ("transitions", "")):
+    for name, goal in (("redelivered", "<= 0.28"), ("transitions", ""), ("signed", "")):
         values = [r["cpu_ms_per_event"] for r in runs[name]]
-        print(f"{name}: central CPU per platform event {statistics.median(values):.3f} ms "
+        what = "signed envelope (steady-authn)" if name == "signed" else "platform event"
+        print(f"{name}: central CPU per {what} {statistics.median(values):.3f} ms "
               f"[{min(values):.3f}-{max(values):.3f}] over {len(values)} runs", flush=True)
-        figures.append(spread_figure(Figure("platform_feed", f"central CPU per platform event ({name})", 0.0,
-                                            "ms", goal), values))
+        label = "central CPU per signed envelope, same run" if name == "signed" else \
+            f"central CPU per platform event ({name})"
+        figures.append(spread_figure(Figure("platform_feed", label, 0.0, "ms", goal), values))
+    pairs = zip(runs["transitions"], runs["signed"])
+    ratios = [t["cpu_ms_per_event"] / s["cpu_ms_per_event"] for t, s in pairs]
+    print(f"transitions / signed envelope, per run: {statistics.median(ratios):.2f} "
+          f"[{min(ratios):.2f}-{max(ratios):.2f}] (goal: <= 1)", flush=True)
+    figures.append(spread_figure(Figure("platform_feed", "transition / signed envelope CPU, same run", 0.0,
+                                        "x", "<= 1"), ratios))
     record(figures)
     return 0
 

@@ -3,11 +3,13 @@
     se-policy check FILE [--json] [--strict]
     se-policy explain FILE --event '{...}' [--vm '{...}' ...] [--now ISO] [--json]
     se-policy whatif FILE (--since 30d [--connection-string CS | --table-endpoint URL] | --from FILE.jsonl)
+    se-policy whatif FILE --from-resource-graph --since 30d [--subscription ID ...]
 
 FILE is a POLICY_JSON document ("-" reads stdin); --event and --vm take JSON or @file.
 Exit codes: 0 valid (warnings are printed), 1 only warnings and --strict, 2 the policy is invalid,
 3 bad usage or unreadable input (file missing, --event not JSON), 4 whatif's history unreadable (log
-store unreachable, a line not an envelope). Never a traceback for bad input.
+store unreachable, a line not an envelope), 5 whatif --from-resource-graph without an Azure login, or the
+login or a --subscription refused. Never a traceback for bad input.
 The only place of this tool that reads argv; everything it prints comes from pure functions.
 """
 

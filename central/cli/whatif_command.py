@@ -16,7 +16,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from central.cli import history, whatif
+from central.cli import history, whatif, whatif_graph
 from central.model.times import iso
 from central.policy.document import Policy
 
@@ -45,6 +45,7 @@ def add_parser(sub: Any) -> None:
     cmd.add_argument("--now", help="the end of --since (ISO 8601; default: now)")
     cmd.add_argument("--step", type=int, default=60, help="replay step in seconds (default 60)")
     cmd.add_argument("--json", action="store_true", help="every event and the summary as JSON")
+    whatif_graph.add_arguments(cmd)
 
 
 def duration(text: str) -> timedelta:
@@ -82,6 +83,15 @@ def _table_service(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace, policy: Policy, now: datetime, out: TextIO) -> int:
+    if args.from_resource_graph or args.subscription:
+        if not args.from_resource_graph or not args.since:
+            raise UsageError("--from-resource-graph goes with --since (30d), and --subscription with both")
+        if args.step < 1:
+            raise UsageError("--step must be at least 1 second")
+        try:
+            return whatif_graph.run(args, policy, now, duration(args.since), out)
+        except whatif_graph.GraphUsageError as exc:
+            raise UsageError(str(exc)) from None
     try:
         past, vms = load_history(args, now)
     except history.HistoryError as exc:

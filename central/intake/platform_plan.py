@@ -16,7 +16,6 @@ One event, two witnesses: an EventId has one record whoever reported it. What th
 
 from __future__ import annotations
 
-import copy
 import logging
 from datetime import datetime
 from typing import Container, Dict, List, Optional, Tuple
@@ -26,6 +25,7 @@ from central.intake import authz
 from central.intake.plan import Plan
 from central.intake.platform import Parsed, PlatformEvent
 from central.model.alert import ALERT_LEASE, Alert
+from central.model.clone import clone_event
 from central.model.envelope import BadEnvelope
 from central.model.events import RANK, EventRecord
 from central.model.times import iso
@@ -93,7 +93,7 @@ def _event(plan: Plan, state: FleetState, event_id: str) -> Tuple[Optional[Event
     rec, active = state.find_event(event_id)
     if rec is None:
         return None, False
-    mine = copy.deepcopy(rec)
+    mine = clone_event(rec)  # a deep copy, faster (central.model.clone)
     if active:
         plan.changes.events[event_id] = mine
     return mine, active

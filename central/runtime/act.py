@@ -13,7 +13,6 @@ Both are idempotent and crash-safe, because what to do is in the State table bef
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from azure.core.exceptions import AzureError
 
 from central.model.alert import ALERT_LEASE, Alert, Delivery
+from central.model.clone import clone_event
 from central.model.events import SEND_LEASE, SEND_MARGIN, Approval, EventRecord
 from central.model.times import iso
 from central.store import log_rows as logrows
@@ -289,7 +289,7 @@ class Actor:
                 rec = self._active(event_id)
                 if rec is None:
                     continue
-                mine = copy.deepcopy(rec)
+                mine = clone_event(rec)  # a deep copy, faster (central.model.clone)
                 if change(mine) is not False:
                     changes[event_id] = mine
             items = list(changes.items())

@@ -8,7 +8,6 @@ so two instances racing on one event end with exactly one outcome. Approval atte
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tupl
 
 from central.intake.alerts import owe_status_alert
 from central.model.alert import ALERT_LEASE, Alert
+from central.model.clone import clone_event
 from central.model.events import SEND_LEASE, Approval, EventRecord
 from central.model.vms import VmState
 from central.policy.decide import (
@@ -167,7 +167,7 @@ class Evaluator:
                         if self.shadow is not None else None)  # same facts, its own budget counts
         done = Pass()
         for rec in candidates:
-            mine = copy.deepcopy(rec)
+            mine = clone_event(rec)  # a deep copy, faster (central.model.clone)
             stale = mine.stale_reason(now)
             if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
                 done.changed.append((mine, end_stale(mine, stale, now, done.owed)))

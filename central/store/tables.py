@@ -65,10 +65,13 @@ class Op:
 def put_json(entity: Dict[str, Any], name: str, value: Any) -> None:
     """Store `value` as JSON in column `name`, split over name, name_1, name_2... when it is large;
     cut (with nameTruncated=True and nameLength) when it would pass the entity size limit."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    # empty containers are most of an event row's JSON columns: no encoder for them (same text)
+    text = ("{}" if type(value) is dict else "[]") if type(value) in (dict, list) and not value else \
+        json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     length = len(text)
     truncated = False
-    if len(text.encode("utf-16-le", "surrogatepass")) > MAX_JSON_BYTES:
+    # UTF-16 takes at most 4 bytes a character: only a text that long can pass the limit (encode it then)
+    if length * 4 > MAX_JSON_BYTES and len(text.encode("utf-16-le", "surrogatepass")) > MAX_JSON_BYTES:
         text = text[: MAX_JSON_BYTES // 4]
         truncated = True
     parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]

@@ -56,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
                       help="hold each platform event back until the next one was sent")
     feed.add_argument("--platform-delay", type=float, default=0.0, metavar="S",
                       help="send each platform event S seconds late")
+    p.add_argument("--resource-graph-rows", type=Path, default=None, metavar="FILE",
+                   help="Resource Graph's stand-in also answers these rows (a JSON array of "
+                        "maintenanceresources rows), besides the fabric's own events")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return p
 
@@ -73,6 +76,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         attestation.pki.write_trust(args.attestation_dir)
     sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose,
                 attestation=attestation)
+    if args.resource_graph_rows is not None and sim.graph is not None:
+        try:
+            rows = json.loads(args.resource_graph_rows.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            parser().error(f"--resource-graph-rows {args.resource_graph_rows}: {exc}")
+        if not isinstance(rows, list):
+            parser().error("--resource-graph-rows: a JSON array of rows")
+        sim.graph.fixture = rows
     feed = None
     if args.platform_feed:
         from .platform_feed import FeedFaults, PlatformFeed

@@ -23,6 +23,7 @@ from .identity import Identity
 from .metadata import MetadataService, Request
 from .ratelimit import SlidingWindowLimiter
 from .requestlog import Entry, RequestLog
+from .resource_graph import ResourceGraphStandIn
 from .responses import Response, error
 
 MAX_BODY = 1024 * 1024
@@ -39,6 +40,7 @@ class Simulator:
     verbose: bool = False
     arm: Optional[ArmStandIn] = None  # the ARM acknowledge API's stand-in (/subscriptions/...)
     ca: Optional[CaChange] = None  # the CA-change drill (/admin/attestation, /aia/)
+    graph: Optional[ResourceGraphStandIn] = None  # Resource Graph's stand-in (/providers/...ResourceGraph)
 
 
 def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: int = 5,
@@ -50,7 +52,8 @@ def build(identities: Sequence[Identity], time_scale: float = 1.0, rate_limit: i
     metadata = MetadataService(fabric, faults, limiter, first_call_delay)
     metadata.attested = attestation  # None: the attested route answers 404
     return Simulator(fabric, faults, limiter, log, metadata, AdminApi(fabric, faults, limiter, log), verbose,
-                     ArmStandIn(fabric), CaChange(attestation) if attestation is not None else None)
+                     ArmStandIn(fabric), CaChange(attestation) if attestation is not None else None,
+                     ResourceGraphStandIn(fabric))
 
 
 def split_vm(path: str, sim: Simulator) -> Tuple[str, str]:
@@ -142,6 +145,8 @@ class Handler(BaseHTTPRequestHandler):
             query.setdefault(key, value)
         if self.sim.arm is not None and url.path.lower().startswith("/subscriptions/"):
             return self.sim.arm.handle(self.command, url.path, query, self.headers, body)
+        if self.sim.graph is not None and url.path.lower().startswith("/providers/microsoft.resourcegraph/"):
+            return self.sim.graph.handle(self.command, url.path, query, self.headers, body)
         if self.sim.arm is not None and url.path == "/admin/arm" and self.command == "POST":
             try:
                 return self.sim.arm.configure(json.loads(body or b"{}"))
