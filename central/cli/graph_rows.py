@@ -18,12 +18,13 @@ alone (no budget interplay) as of an anchor time it chooses. Every event is comp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from central.intake import platform
 from central.model.events import EventRecord
+from central.model.owner import owner_of
 from central.model.times import parse
 from central.model.vms import VmState
 
@@ -36,11 +37,6 @@ MIN_NOTICE = {"Freeze": timedelta(minutes=15), "Reboot": timedelta(minutes=15),
               "Redeploy": timedelta(minutes=10), "Preempt": timedelta(seconds=30),
               "Terminate": timedelta(minutes=5)}
 DEFAULT_NOTICE = timedelta(minutes=15)
-SPELLING = {"Canceled": "Cancelled"}  # the platform's spelling -> the one central stores
-STATUSES = ("Scheduled", "Started", "Completed", "Cancelled")
-_OWNER = re.compile(r"/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
-                    r"/providers/microsoft\.compute/(?P<kind>[^/]+)/(?P<name>[^/]+)/providers/microsoft\.maintenance/scheduledevents/",
-                    re.IGNORECASE)
 
 
 @dataclass
@@ -76,7 +72,7 @@ def from_rows(rows: Iterable[Mapping[str, Any]], since: datetime, anchor: dateti
         if event_id in seen:  # one row per event; a repeat (paging over a changing table) is dropped
             continue
         seen.add(event_id)
-        status = SPELLING.get(str(props.get("EventStatus")), str(props.get("EventStatus")))
+        status = _status(props)
         out.statuses[status] = out.statuses.get(status, 0) + 1
         not_before = parse(props.get("NotBefore")) if props.get("NotBefore") else None
         kind = str(props.get("EventType") or "")
@@ -103,7 +99,7 @@ def _problem(row: Mapping[str, Any]) -> str:
     resources = props.get("Resources")
     if not isinstance(resources, list) or not resources or not all(isinstance(r, str) for r in resources):
         return f"{props.get('EventId')}: no Resources"
-    if SPELLING.get(str(props.get("EventStatus")), str(props.get("EventStatus"))) not in STATUSES:
+    if _status(props) is None:
         return f"{props.get('EventId')}: unknown EventStatus {props.get('EventStatus')!r}"
     if props.get("NotBefore") and parse(props.get("NotBefore")) is None:
         return f"{props.get('EventId')}: NotBefore {props.get('NotBefore')!r} is not a time"
@@ -129,11 +125,14 @@ def _past(row: Mapping[str, Any], props: Mapping[str, Any], status: str, first_s
 
 
 def _owner(row: Mapping[str, Any]) -> Optional[Dict[str, str]]:
-    match = _OWNER.match(str(row.get("id") or ""))
-    if match is None:
-        return None
-    return {"subscription": match["sub"], "resourceGroup": match["rg"], "kind": match["kind"],
-            "name": match["name"]}
+    """The resource that owns the event, in the platform feed's shape (central.model.owner)."""
+    owner = owner_of(row.get("id"))
+    return owner.to_json() if owner else None
+
+
+def _status(props: Mapping[str, Any]) -> Optional[str]:
+    """The status as central stores it (either spelling of cancelled; None: not a status)."""
+    return platform.STATUSES.get(str(props.get("EventStatus")).lower())
 
 
 def _bind_vms(vms: Dict[str, VmState], row: Mapping[str, Any], names: List[str]) -> None:
@@ -145,7 +144,7 @@ def _bind_vms(vms: Dict[str, VmState], row: Mapping[str, Any], names: List[str])
         if name in vms:
             continue
         vm = VmState(f"{WITNESS}:{name}", name)
-        by_set = owner.get("kind", "").lower() == "virtualmachinescalesets"
+        by_set = owner.get("kind") == "virtualMachineScaleSets"
         scale_set = owner.get("name", "") if by_set else ""
         vm.bind_identity({"vmScaleSetName": scale_set, "zone": str(zones[0]) if len(zones) == 1 else "",
                           "tags": {}})

@@ -38,7 +38,6 @@ TIMEOUT = 15.0
 MAX_WAIT = 30.0  # seconds spent in Retry-After waits per call, at most
 
 
-Target = Owner  # one record with the platform feed's owner (central.model.owner)
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class ArmAcknowledger:
         public = self.endpoint.startswith("http://") or self.endpoint == DEFAULT_ENDPOINT
         self.scope = SCOPE if public else f"{self.endpoint}/.default"
 
-    def acknowledge(self, target: Target, event_ids: Sequence[str]) -> List[Ack]:
+    def acknowledge(self, target: Owner, event_ids: Sequence[str]) -> List[Ack]:
         """Approve these events of one owner (one call: single for one id, list for more)."""
         ids = list(dict.fromkeys(event_ids))
         if not ids:

@@ -16,6 +16,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from azure.core.pipeline.transport import RequestsTransport
 
+from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
+
 STORAGE_PREFIX = "ApprovalStorage"
 
 
@@ -73,8 +75,8 @@ class CentralSettings:
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
     confirm_grace: float = 300.0  # PLATFORM_CONFIRM_GRACE_SECONDS
-    arm_endpoint: str = "https://management.azure.com"  # ARM_ENDPOINT (the deployment cloud's, from infra)
-    arm_api_version: str = "2025-11-01"  # ARM_API_VERSION (Microsoft.Maintenance acknowledge)
+    arm_endpoint: str = DEFAULT_ENDPOINT  # ARM_ENDPOINT (the deployment cloud's, from infra)
+    arm_api_version: str = DEFAULT_API_VERSION  # ARM_API_VERSION (Microsoft.Maintenance acknowledge)
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
@@ -110,7 +112,7 @@ class CentralSettings:
 
 
 def _arm_endpoint(settings: Mapping[str, str]) -> str:
-    text = (settings.get("ARM_ENDPOINT") or "").strip().rstrip("/") or "https://management.azure.com"
+    text = (settings.get("ARM_ENDPOINT") or "").strip().rstrip("/") or DEFAULT_ENDPOINT
     local = re.fullmatch(r"http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?", text)
     if not (re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?", text) or local):
         raise SettingsError(f"ARM_ENDPOINT must be the cloud's Resource Manager URL (https://<host>, e.g. "
@@ -119,7 +121,7 @@ def _arm_endpoint(settings: Mapping[str, str]) -> str:
 
 
 def _arm_api_version(settings: Mapping[str, str]) -> str:
-    text = (settings.get("ARM_API_VERSION") or "").strip() or "2025-11-01"
+    text = (settings.get("ARM_API_VERSION") or "").strip() or DEFAULT_API_VERSION
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}(-preview)?", text):
         raise SettingsError(f"ARM_API_VERSION must look like 2025-11-01 (or 2025-10-01-preview), "
                             f"got {text!r}")

@@ -82,8 +82,10 @@ class FleetState:
         if force or not self.loaded:
             self._reload_active()
             return True
+        # a range, not `RowKey eq a or RowKey eq b` (which the service answers by scanning the partition):
+        # no row kind sorts between 'book' and 'head' (state_rows.ROW_KINDS; a test holds it)
         found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and ( RowKey eq @book or RowKey eq @head )",
+            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
             {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
         )
         self.reads += 1

@@ -35,6 +35,7 @@ ACTIVE = "o:"
 ENDED = "x:"
 ALERT = "a:"
 NAME = "n:"
+ROW_KINDS = (HEAD, BOOK, VM, ACTIVE, ENDED, ALERT, NAME)  # every RowKey starts with one of these
 
 
 def _dt(value: Any) -> Optional[datetime]:

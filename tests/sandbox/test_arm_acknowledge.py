@@ -13,7 +13,8 @@ from typing import Any, Dict, Iterator, Optional
 import pytest
 import requests
 
-from central.runtime.arm import Ack, ArmAcknowledger, Target, read
+from central.model.owner import Owner as Target
+from central.runtime.arm import Ack, ArmAcknowledger, read
 from sandbox import processes
 from sandbox.imds.identity import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION
 
