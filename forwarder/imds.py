@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-import requests
-
 from .backoff import Backoff
 from .clock import iso
-from .noproxy import no_proxy_session
+from .imds_http import BodyTooLarge, ImdsHttp, TransportError
 from .ratelimit import RateLimiter, RateLimitTimeout
 
 DEFAULT_BASE_URL = "http://169.254.169.254"
@@ -132,7 +130,7 @@ class ImdsClient:
         self.stop = stop
         self.health = ImdsHealth()
         self._answered = False  # until IMDS first answers, allow the long (2 min) first-call timeout
-        self._session = no_proxy_session()
+        self._http = ImdsHttp(self.base_url)
         self._lock = threading.Lock()
 
     # ---- public API -----------------------------------------------------------------------------
@@ -171,7 +169,7 @@ class ImdsClient:
         return self.request("POST", SCHEDULED_EVENTS_PATH, self.api_version, json_body=body)
 
     def close(self) -> None:
-        self._session.close()
+        self._http.close()
 
     # ---- the one request loop -------------------------------------------------------------------
 
@@ -208,25 +206,26 @@ class ImdsClient:
                     raise ImdsStopped("stopping") from exc
                 raise ImdsUnavailable(f"{exc}; retry later") from exc
             t0 = time.monotonic()
+            connect, read = self._timeout()
             try:
-                with self._session.request(
-                    method, url, params={"api-version": api_version}, json=json_body,
-                    headers={"Metadata": "true", **(headers or {})}, timeout=self._timeout(),
-                    allow_redirects=False,
-                    stream=True,  # read the body ourselves, capped (see _read_capped)
-                ) as resp:
-                    status, text = resp.status_code, self._read_capped(resp, method, url)
+                answer = self._http.exchange(
+                    method, path, {"api-version": api_version}, {"Metadata": "true", **(headers or {})},
+                    None if json_body is None else json.dumps(json_body, allow_nan=False).encode(),
+                    connect, read, MAX_BODY_BYTES)
+                status, text = answer.status, answer.text
                 self._record(status, None)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                status, text = None, ""
-                last = f"{type(exc).__name__}: {exc}"[:300]
+            except BodyTooLarge as exc:
+                self._too_large(exc.status, method, url, str(exc))
+            except TransportError as exc:
+                answer, status, text = None, None, ""
+                last = str(exc)[:300]
                 self._record(None, last)
             if status in ok:
                 with self._lock:
                     self._answered = True
                     self.health.last_ok_at = time.time()
                 return ImdsResponse(status=status, text=text, url=url, elapsed=time.monotonic() - t0,
-                                    attempts=attempts, headers=dict(resp.headers))
+                                    attempts=attempts, headers=answer.headers if answer else {})
             if status is not None:
                 last_status = status
                 last = f"HTTP {status}: {text[:200]}"
@@ -249,20 +248,6 @@ class ImdsClient:
             with self._lock:
                 self.health.retries += 1
             self._sleep(delay)
-
-    def _read_capped(self, resp: requests.Response, method: str, url: str) -> str:
-        """The body as text, reading at most MAX_BODY_BYTES (+1 to notice more). Raises ImdsTooLarge."""
-        declared = resp.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            self._too_large(resp.status_code, method, url, f"Content-Length {declared}")
-        chunks: List[bytes] = []
-        size = 0
-        for chunk in resp.iter_content(chunk_size=64 * 1024):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                self._too_large(resp.status_code, method, url, f"more than {MAX_BODY_BYTES} bytes sent")
-        return b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
 
     def _too_large(self, status: int, method: str, url: str, what: str) -> None:
         self._record(status, f"body too large ({what})")

@@ -41,13 +41,14 @@ def modules_of(tmp_path: Path, *argv: str) -> List[str]:
     return json.loads(line[len("MODULES "):])
 
 
-def test_check_with_a_file_sink_loads_no_azure_sdk_and_no_charset_detector(
+def test_check_with_a_file_sink_loads_no_azure_sdk_no_requests_and_no_charset_detector(
         imds_server: processes.Server, tmp_path: Path) -> None:
+    """IMDS is read with http.client (forwarder/imds_http.py): requests comes only with a token call."""
     loaded = modules_of(tmp_path, "check", "--imds-url", imds_url(imds_server),
                         "--state-dir", str(tmp_path / "s"))
-    assert "requests" in loaded
+    assert "http.client" in loaded and "forwarder.imds_http" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in ("azure", "msal", "cryptography", "charset_normalizer",
-                                                      "chardet", "aiohttp", "asyncio")]
+                                                      "chardet", "aiohttp", "asyncio", "requests", "urllib3")]
     assert heavy == [], heavy
 
 
