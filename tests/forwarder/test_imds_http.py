@@ -5,7 +5,7 @@ path that has one."""
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
-from typing import List
+from typing import Callable, List
 
 import pytest
 
@@ -17,7 +17,7 @@ from tests.security import localhttp
 BODY = b'{"DocumentIncarnation": 1, "Events": []}'
 
 
-def _answer(ports: List[int], keep_alive: bool):  # noqa: ANN202 - a localhttp handler
+def _answer(ports: List[int], keep_alive: bool) -> Callable[[BaseHTTPRequestHandler], None]:
     def answer(handler: BaseHTTPRequestHandler) -> None:
         handler.protocol_version = "HTTP/1.1"  # the client may keep the connection
         ports.append(handler.client_address[1])
@@ -56,8 +56,8 @@ def test_the_query_joins_a_path_that_has_one() -> None:
     with localhttp.serve(lambda h: localhttp.reply(h, 200, BODY)) as server:
         http = ImdsHttp(localhttp.url(server) + "/vms/vm0")
         try:
-            answer = http.exchange("GET", "/metadata/attested/document?nonce=12", {"api-version": "2021-02-01"},
-                                   {"Metadata": "true"}, None, 3.0, 5.0, 1024)
+            answer = http.exchange("GET", "/metadata/attested/document?nonce=12",
+                                   {"api-version": "2021-02-01"}, {"Metadata": "true"}, None, 3.0, 5.0, 1024)
         finally:
             http.close()
         assert answer.status == 200
@@ -66,7 +66,7 @@ def test_the_query_joins_a_path_that_has_one() -> None:
 
 def test_no_listener_is_a_connection_error() -> None:
     http = ImdsHttp(f"http://{processes.LOOPBACK}:{processes.free_port()}")
-    with pytest.raises(TransportError, match="^ConnectionError"):
+    with pytest.raises(TransportError, match=r"^ConnectionError"):
         http.exchange("GET", "/x", {}, {}, None, 1.0, 1.0, 10)
 
 
