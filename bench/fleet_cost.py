@@ -16,7 +16,8 @@ blobs); the log records Application Insights would receive under the repo's host
 request per execution and Executing/Executed traces, central's own lines by level, the host's aggregated
 per-function metrics, central's OpenTelemetry metrics). Modelled, and said so in the output: the VMs'
 own queue reads per event, one approval-result envelope per event (priced as one incarnation), heartbeat
-markers per VM-hour (central names each VM once per 300 s, the VMs of a batch in one line; the played
+markers per VM-hour (central names each VM once per 450 s, half the heartbeats-missing alert's default
+15 minutes, the VMs of a batch in one line; the played
 heartbeats span less time), Capture's files. The heartbeat interval is a parameter: units per heartbeat
 are measured at the fleet's rate for the sizes played; the largest played size stands in for larger
 fleets (its batches are smaller than theirs would be, so executions per envelope are over-, not under-
@@ -47,13 +48,15 @@ from bench.azure_prices import (
 )
 from bench.fleet_units import PARTITIONS, Run, measure
 from bench.table_model import MEDIAN_S, SIGMA
+from central.runtime.settings import HEARTBEAT_MISSING_MINUTES, heartbeat_marker_seconds
 from central.telemetry.metrics import HEARTBEATS_PER_LINE
 from sandbox import processes
 
 REPO = Path(__file__).resolve().parent.parent
 LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4, "critical": 5, "none": 6}
 PY_LEVELS = {"DEBUG": 1, "INFO": 2, "WARNING": 3, "ERROR": 4, "CRITICAL": 5}
-HEARTBEAT_LOG_EVERY = 300.0  # central.intake.plan.HEARTBEAT_LOG_EVERY (one se.heartbeat per VM per 300 s)
+# one se.heartbeat per VM per 450 s: half the heartbeats-missing alert's window (central.runtime.settings)
+HEARTBEAT_LOG_EVERY = heartbeat_marker_seconds(HEARTBEAT_MISSING_MINUTES)
 AGGREGATOR_ROWS = 7  # Host.Aggregator: Count, Successes, Failures, SuccessRate, Min/Max/AvgDuration per flush
 AGGREGATOR_FLUSHES_PER_HOUR = 120  # its default flush timeout, 30 s
 CAPTURE_BLOCK = 4 * 1024 * 1024  # Capture's blob block (assumed 4 MiB per Put Block)
@@ -120,8 +123,8 @@ def units_per_vm_hour(run: Run, args: argparse.Namespace, levels: Dict[str, int]
     table = steady_rate(s.table, idle_t) + wave_rate(w.table, idle_t)
     queue = steady_rate(s.queue) + wave_rate(w.queue)
     s_logs, w_logs = log_bytes(s.logs, s_exec, levels), log_bytes(w.logs, w_exec, levels)
-    # `se.heartbeat`: each VM named once per 300 s; a line names the VMs of one batch (at most 100):
-    # a record per line, the measured bytes per VM named
+    # `se.heartbeat`: each VM named once per HEARTBEAT_LOG_EVERY; a line names the VMs of one batch
+    # (at most 100): a record per line, the measured bytes per VM named
     markers = 3600.0 / max(HEARTBEAT_LOG_EVERY, args.interval)
     per_line = min(float(HEARTBEATS_PER_LINE), s.envelopes / max(1, s_exec))
     marker_on = level_of(levels, "Function.ingest.User") <= 2

@@ -48,7 +48,7 @@ from typing import Dict, List
 import psutil
 from azure.eventhub import EventData, EventHubProducerClient
 
-from bench import Figure, record
+from bench import Figure, record, runner_log
 from bench.central_throughput import FakeVm
 from sandbox import processes
 from sandbox.imds.signer import Signer
@@ -58,7 +58,6 @@ HUB = "scheduled-events"
 PARTITIONS = 4
 HEARTBEAT_INTERVAL = 60.0  # the forwarder's default (docs/forwarder.md)
 HOURS_PER_MONTH = 730.0
-INGEST = re.compile(r"ingest: (\d+) received")
 LOST_RACE = re.compile(r"lost a race")  # central's log line for each commit that lost to another instance
 
 
@@ -67,7 +66,7 @@ def _text(log: Path) -> str:
 
 
 def ingested(log: Path) -> int:
-    return sum(int(n) for n in INGEST.findall(_text(log)))
+    return runner_log.ingested(_text(log))
 
 
 def lost_races(log: Path) -> int:

@@ -24,6 +24,7 @@ from typing import Dict, List, Tuple
 
 from azure.eventhub import EventHubProducerClient
 
+from bench import runner_log
 from bench.central_throughput import FakeVm
 from bench.fleet_scale import SIGNER, send_signed
 from sandbox import processes
@@ -34,7 +35,6 @@ PARTITIONS = 4
 LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<name>[\w.]+): (?P<msg>.*)$")
 EXECUTED = re.compile(r"^Executed 'Functions\.(\w+)' \((\w+), Id=[^,]+, Duration=(\d+)ms\)")
 CPU = re.compile(r"^Execution CPU 'Functions\.(\w+)' \(Id=[^,]+, Cpu=(\d+)us\)")
-INGESTED = re.compile(r"ingest: (\d+) received")
 
 
 @dataclass
@@ -151,7 +151,7 @@ class Meter:
             return fh.read().decode("utf-8", errors="replace")
 
     def ingested(self) -> int:
-        return sum(int(n) for n in INGESTED.findall(self.text()))
+        return runner_log.ingested(self.text())
 
     def wait(self, n: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout

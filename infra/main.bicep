@@ -471,6 +471,7 @@ module functionApp 'app/function.bicep' = {
     reevaluateSchedule: reevaluateSchedule
     approvalResultTimeoutSeconds: approvalResultTimeoutSeconds
     leaderLivenessSeconds: leaderLivenessSeconds
+    heartbeatMissingMinutes: heartbeatMissingMinutes
     alertMaxAttempts: alertMaxAttempts
     alertBackoffSeconds: alertBackoffSeconds
     alertTimeoutSeconds: alertTimeoutSeconds

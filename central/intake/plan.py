@@ -33,7 +33,9 @@ from central.telemetry import metrics
 from .alerts import owe_status_alert
 
 log = logging.getLogger("central.ingest")  # one logger for ingest's lines (tests and the alerts read it)
-HEARTBEAT_LOG_EVERY = 300  # seconds between two `se.heartbeat` log markers of one VM (see _heartbeat)
+# Seconds between two `se.heartbeat` log markers of one VM (see _heartbeat), at the default alert window
+# (central.runtime.settings.heartbeat_marker_seconds: half of HEARTBEAT_MISSING_MINUTES, 15)
+HEARTBEAT_LOG_EVERY = 450.0
 UNBOUND = VmState("", "", name_bound=False)
 
 
@@ -76,9 +78,11 @@ class Plan:
 
 
 class Planner:
-    def __init__(self, state: FleetState, raised: Mapping[str, None]) -> None:
+    def __init__(self, state: FleetState, raised: Mapping[str, None],
+                 heartbeat_log_every: float = HEARTBEAT_LOG_EVERY) -> None:
         self.state = state
         self.raised = raised  # alert keys raised lately (ingest's): not raised again
+        self.heartbeat_log_every = heartbeat_log_every
 
     def plan(self, segment: List[Item], now: datetime) -> Plan:
         """The changes `segment` makes, planned on copies of the cached rows."""
@@ -260,9 +264,10 @@ class Planner:
             vm.forwarder_version = str(
                 (env.data.get("forwarder") or {}).get("version", vm.forwarder_version)
             )[:64]
-        # Each VM in a `se.heartbeat` line at most once per HEARTBEAT_LOG_EVERY (ingest joins a segment's
+        # Each VM in a `se.heartbeat` line at most once per heartbeat_log_every (ingest joins a segment's
         # into few lines): the Azure Monitor "heartbeats missing" alert (infra/app/alerts.bicep) reads it.
-        if vm.heartbeat_logged is None or (now - vm.heartbeat_logged).total_seconds() >= HEARTBEAT_LOG_EVERY:
+        since = None if vm.heartbeat_logged is None else (now - vm.heartbeat_logged).total_seconds()
+        if since is None or since >= self.heartbeat_log_every:
             vm.heartbeat_logged = now
             plan.markers.append(
                 (logging.INFO, metrics.HEARTBEAT_MARKER, (vm.vm_id, vm.name, vm.outbox_backlog))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, U
 
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
-from central.intake.plan import UNBOUND, Item, Plan, Planner, bad_from
+from central.intake.plan import HEARTBEAT_LOG_EVERY, UNBOUND, Item, Plan, Planner, bad_from
 from central.model.alert import Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.store.fleet_state import FleetState
@@ -90,7 +90,8 @@ def auth_properties(properties: Optional[Mapping[Any, Any]]) -> dict:
 
 
 class Ingest:
-    def __init__(self, state: FleetState, logs: TableLog) -> None:
+    def __init__(self, state: FleetState, logs: TableLog,
+                 heartbeat_log_every: float = HEARTBEAT_LOG_EVERY) -> None:
         self.state = state
         self.logs = logs
         # alert keys of envelope-level alerts raised lately: a replayed bad body is not alerted again
@@ -98,7 +99,7 @@ class Ingest:
         self.raised: OrderedDict[str, None] = OrderedDict()
         self.owed: Set[str] = set()  # event alert keys committed by this call (delivered at once)
         self.rows_owed: List[Alert] = []  # alerts owed by no event committed by this call
-        self.planner = Planner(state, self.raised)
+        self.planner = Planner(state, self.raised, heartbeat_log_every)
         # decides the events a plan touched inside its commit (the service's Evaluator; None: after it)
         self.decider: Optional[Evaluator] = None
         self.sends: List[ToSend] = []  # approval attempts committed by this call, to send

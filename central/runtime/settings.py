@@ -18,6 +18,8 @@ from azure.core.pipeline.transport import RequestsTransport
 
 from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
 
+HEARTBEAT_MISSING_MINUTES = 15.0  # infra/main.bicep heartbeatMissingMinutes's default
+
 STORAGE_PREFIX = "ApprovalStorage"
 
 
@@ -75,6 +77,7 @@ class CentralSettings:
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
     confirm_grace: float = 300.0  # PLATFORM_CONFIRM_GRACE_SECONDS
+    heartbeat_missing_minutes: float = HEARTBEAT_MISSING_MINUTES  # HEARTBEAT_MISSING_MINUTES (infra's alert)
     arm_endpoint: str = DEFAULT_ENDPOINT  # ARM_ENDPOINT (the deployment cloud's, from infra)
     arm_api_version: str = DEFAULT_API_VERSION  # ARM_API_VERSION (Microsoft.Maintenance acknowledge)
 
@@ -106,9 +109,25 @@ class CentralSettings:
             claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
             confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),
             confirm_grace=_number(s, "PLATFORM_CONFIRM_GRACE_SECONDS", 300.0),
+            heartbeat_missing_minutes=_heartbeat_missing_minutes(s),
             arm_endpoint=_arm_endpoint(s),
             arm_api_version=_arm_api_version(s),
         )
+
+
+def _heartbeat_missing_minutes(settings: Mapping[str, str]) -> float:
+    minutes = _number(settings, "HEARTBEAT_MISSING_MINUTES", HEARTBEAT_MISSING_MINUTES)
+    if not 5 <= minutes <= 1440:  # infra/main.bicep's heartbeatMissingMinutes bounds
+        raise SettingsError(f"HEARTBEAT_MISSING_MINUTES must be 5 to 1440 (the heartbeats-missing alert's "
+                            f"minutes, infra's heartbeatMissingMinutes), got {minutes:g}")
+    return minutes
+
+
+def heartbeat_marker_seconds(missing_minutes: float) -> float:
+    """How often central names a VM in a `se.heartbeat` line: twice per alert window, so the alert
+    (no marker for HEARTBEAT_MISSING_MINUTES) never fires for a VM that beats (every 60 s by default:
+    a marker is at most one heartbeat later than due). 450 s at the default 15 minutes."""
+    return missing_minutes * 60.0 / 2
 
 
 def _arm_endpoint(settings: Mapping[str, str]) -> str:

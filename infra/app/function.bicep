@@ -74,6 +74,11 @@ param reevaluateSchedule string
 @minValue(10)
 param approvalResultTimeoutSeconds int
 
+@description('Minutes without a heartbeat after which the heartbeats-missing alert fires: central logs each VM\'s heartbeat marker twice per window.')
+@minValue(5)
+@maxValue(1440)
+param heartbeatMissingMinutes int
+
 @description('A forwarder counts as live if central heard from it within this many seconds.')
 @minValue(30)
 param leaderLivenessSeconds int
@@ -135,6 +140,7 @@ var appSettingValues = {
   CLAIMS_COUNTED_PER_HOUR: '4'
   PLATFORM_CONFIRM_SCOPES: platformConfirmScopes
   PLATFORM_CONFIRM_GRACE_SECONDS: '300'
+  HEARTBEAT_MISSING_MINUTES: string(heartbeatMissingMinutes)
   EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
   EventHubConnection__credential: 'managedidentity'
   EventHubConnection__clientId: identityClientId
