@@ -206,13 +206,15 @@ def _decision(req: func.HttpRequest, who: Any) -> func.HttpResponse:
         return _error('"hook" must be true or false', 400)
     if via not in ("queue", "arm"):
         return _error('"via" must be "queue" (the VM\'s forwarder, default) or "arm"', 400)
+    from central.runtime import InvalidRequest, UnknownEvent
+
     note = who.note_from(body)
     try:
         outcome = central().decide(req.route_params["event_id"], action, who.decided_by,
                                    f"{reason} {note}" if note else reason, hook=hook, via=via)
-    except LookupError as exc:
+    except UnknownEvent as exc:
         return _error(str(exc), 404)
-    except ValueError as exc:
+    except InvalidRequest as exc:
         return _error(str(exc), 409)
     return _json(outcome)
 
@@ -231,9 +233,11 @@ def reverify(req: func.HttpRequest) -> func.HttpResponse:
     who = _caller(req, "decide")
     if isinstance(who, func.HttpResponse):
         return who
+    from central.runtime import InvalidRequest
+
     try:
         return _json(central().reverify())
-    except ValueError as exc:  # sender authentication is off: nothing to re-verify
+    except InvalidRequest as exc:  # sender authentication is off: nothing to re-verify
         return _error(str(exc), 409)
 
 

@@ -90,7 +90,7 @@ def build(config: Config) -> App:
     outbox = Outbox(Path(config.state_dir), max_rows=config.outbox_max_rows)
     try:
         sink = sinks.make(config, limiter, credential)
-        publisher = Publisher(outbox, sink)
+        publisher = Publisher(outbox, sink, release_after=config.eventhub_idle_close)
         poller = Poller(client, outbox, on_put=publisher.wake)
         heartbeat = Heartbeat(poller, outbox, client, interval=config.heartbeat_interval)
         approvals = _approvals(config, client, outbox, poller, publisher, daemon, queue_credential)

@@ -12,14 +12,16 @@ Public face, the only names function_app.py uses (imported on first use, so inde
 cheap): `CentralService`, `configure_metrics` (Application Insights), `properties_of` (the Event
 Hubs application properties that sender authentication reads), and the operator API's callers
 (`operator_access`): `signed_in` (a principal the platform vouched for, with a role) and `named_key` (the
-automation route's named function key).
+automation route's named function key); and the two refusals an operator call can meet, `UnknownEvent`
+(404) and `InvalidRequest` (409), so that any other error stays an error.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CentralService", "configure_metrics", "named_key", "properties_of", "signed_in"]
+__all__ = ["CentralService", "InvalidRequest", "UnknownEvent", "configure_metrics", "named_key",
+           "properties_of", "signed_in"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from central.telemetry.metrics import configure
 
         return configure
+    if name in ("InvalidRequest", "UnknownEvent"):
+        from . import results
+
+        return getattr(results, name)
     if name == "properties_of":
         from central.intake.sender import properties_of
 

@@ -47,10 +47,18 @@ RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 PAUSE_AFTER_FAILURE = 60.0  # seconds without ARM calls after one could not be made (no token, unreachable)
 
 
+ARM_PREFIX = "arm:"  # an ARM attempt's vm_name: "arm:" + the owner's label (a queue attempt names a VM)
+
+
+def owner_label(attempt: Approval) -> str:
+    """The ARM owner an attempt went to (`virtualMachines/<name>`...), from its vm_name."""
+    return attempt.vm_name.removeprefix(ARM_PREFIX)
+
+
 def arm_attempt(event_id: str, arm: ArmSend, decided_by: str, now: datetime) -> Approval:
     """The attempt committed before the call: its message is the call itself (re-made as is)."""
     call = {"via": "arm", "eventId": event_id, "owner": arm.owner.to_json()}
-    return Approval(arm.attempt, f"arm-{event_id}-{arm.attempt}", "", "arm:" + arm.owner.label(), "",
+    return Approval(arm.attempt, f"arm-{event_id}-{arm.attempt}", "", ARM_PREFIX + arm.owner.label(), "",
                     "approve", decided_by, now, arm.expires_at, sent=False, message=call,
                     lease_until=now + SEND_LEASE, via="arm")
 
@@ -171,7 +179,7 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
         rec.state = "approved"
         rec.outcome, rec.outcome_at, rec.outcome_vm = "approved", now, attempt.vm_name
         return None
-    why = f"ARM refused the approval at {attempt.vm_name[4:]}: HTTP {ack.status} {ack.code} {ack.message}"
+    why = f"ARM refused the approval at {owner_label(attempt)}: HTTP {ack.status} {ack.code} {ack.message}"
     decision = record(rec, Verdict("record", "approval-failed", "approval-failed", "arm", why.strip()[:1000],
                                    "critical", "central:arm"), now)
     key = f"{rec.event_id}:arm-refused"
@@ -184,7 +192,7 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
             f"{why.strip()[:1500]}.{hint} The event starts at NotBefore "
             f"({iso(rec.not_before) if rec.not_before else '?'}).",
             now, rec.event_id, rec.status,
-            facts={"owner": attempt.vm_name[4:], "status": ack.status, "code": ack.code},
+            facts={"owner": owner_label(attempt), "status": ack.status, "code": ack.code},
             next_try=now + ALERT_LEASE).to_json())
     return decision
 
@@ -199,7 +207,7 @@ def retry(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> bool:
     attempt = rec.approvals[attempt_no - 1]
     if attempt.via != "arm" or attempt.sent or attempt.result is not None or attempt.message is None:
         return False
-    owner = attempt.vm_name[4:]
+    owner = owner_label(attempt)
     attempt.lease_until = now + max(SEND_LEASE, timedelta(seconds=ack.retry_after or 0))
     rec.decision = dict(rec.decision, reason=f"ARM approval {attempt_no} could not be made "
                         f"(HTTP {ack.status} {ack.code}); made again from {iso(attempt.lease_until)}")

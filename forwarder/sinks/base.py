@@ -26,3 +26,5 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Flush and release resources."""
+
+    # Optional: `release()`, drop an idle connection (the next send reopens it); see Publisher.

@@ -276,9 +276,13 @@ class EventHubSink:
                                                              noteId=note["id"]))
         return note
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Close the connection (idle); the next send opens a new one with the same credential."""
         with self._lock:
             self._drop_client()
+
+    def close(self) -> None:
+        self.release()
         close = getattr(self._credential, "close", None)
         if close is not None:
             try:
