@@ -50,6 +50,7 @@ from bench.fleet_units import PARTITIONS, Run, measure
 from bench.table_model import MEDIAN_S, SIGMA
 from central.runtime.settings import HEARTBEAT_MISSING_MINUTES, heartbeat_marker_seconds
 from central.telemetry.metrics import HEARTBEATS_PER_LINE
+from forwarder.config import BY_KEY
 from sandbox import processes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,6 +58,8 @@ LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4, "c
 PY_LEVELS = {"DEBUG": 1, "INFO": 2, "WARNING": 3, "ERROR": 4, "CRITICAL": 5}
 # one se.heartbeat per VM per 450 s: half the heartbeats-missing alert's window (central.runtime.settings)
 HEARTBEAT_LOG_EVERY = heartbeat_marker_seconds(HEARTBEAT_MISSING_MINUTES)
+IDLE_CLOSE = float(BY_KEY["eventhub_idle_close"].default)  # the forwarder's default, seconds
+CONNECTIONS_PER_NAMESPACE = 5000  # Event Hubs Standard: brokered connections per namespace
 AGGREGATOR_ROWS = 7  # Host.Aggregator: Count, Successes, Failures, SuccessRate, Min/Max/AvgDuration per flush
 AGGREGATOR_FLUSHES_PER_HOUR = 120  # its default flush timeout, 30 s
 CAPTURE_BLOCK = 4 * 1024 * 1024  # Capture's blob block (assumed 4 MiB per Put Block)
@@ -167,12 +170,20 @@ def fixed_per_hour(run: Run, instances: int, levels: Dict[str, int], timer_s: fl
     }
 
 
+def namespaces(n: int, interval: float) -> int:
+    """Standard namespaces n forwarders need for their AMQP connections (5,000 each, docs/sizing.md): a
+    forwarder holds one from a send until eventhub_idle_close seconds later (+1 s to reconnect)."""
+    held = min(1.0, (IDLE_CLOSE + 1.0) / interval) if IDLE_CLOSE else 1.0
+    return max(1, math.ceil(n * held / CONNECTIONS_PER_NAMESPACE))
+
+
 def bill(n: int, per_vm: Dict[str, float], run: Run, levels: Dict[str, int], mem_gb: float,
-         timer_s: float, capture: bool) -> Dict[str, float]:
-    """USD per month for n VMs, one line per meter."""
+         timer_s: float, capture: bool, interval: float = 60.0) -> Dict[str, float]:
+    """USD per month for n VMs, one line per meter. Each namespace bills at least one TU."""
     events_s = n * per_vm["eh_events"] / 3600.0
     bytes_s = n * per_vm["eh_bytes"] / 3600.0
-    tus = max(1, math.ceil(events_s / 1000.0), math.ceil(bytes_s / 1e6))
+    spaces = namespaces(n, interval)
+    tus = max(spaces, math.ceil(events_s / 1000.0), math.ceil(bytes_s / 1e6))
     busy = n * per_vm["exec_seconds"] / 3600.0
     instances = max(1, min(PARTITIONS * 8, math.ceil(busy / 0.5)))
     fixed = fixed_per_hour(run, instances, levels, timer_s)
@@ -196,7 +207,8 @@ def bill(n: int, per_vm: Dict[str, float], run: Run, levels: Dict[str, int], mem
         blocks = files + n * per_vm["eh_bytes"] * HOURS_PER_MONTH / CAPTURE_BLOCK
         lines["Capture (TU-hours)"] = tus * HOURS_PER_MONTH * p["eh_capture_tu_hour"]
         lines["Capture blob writes"] = (files + blocks) / 1e4 * p["blob_10k"]
-    lines.update({"_tus": tus, "_instances": instances, "_events_s": events_s, "_bytes_s": bytes_s})
+    lines.update({"_tus": tus, "_namespaces": spaces, "_instances": instances, "_events_s": events_s,
+                  "_bytes_s": bytes_s})
     wall = (n * per_vm["exec_seconds_wall"] + fixed["exec_seconds"]) * HOURS_PER_MONTH
     lines["_gbs_wall"] = wall * mem_gb * p["fx_gb_s"]  # as timed wall-clock here, for comparison
     lines["_log_gb"] = month["log_bytes"] / 1e9
@@ -255,10 +267,11 @@ def main(argv: List[str]) -> int:
         run = runs[max([n for n in runs if n <= size] or [min(runs)])]
         per_vm = units_per_vm_hour(run, args, levels)
         for capture in (False, True):
-            lines = bill(size, per_vm, run, levels, mem_gb, timer_s, capture)
+            lines = bill(size, per_vm, run, levels, mem_gb, timer_s, capture, args.interval)
             total = sum(v for k, v in lines.items() if not k.startswith("_"))
             label = f"{size} VMs, Capture {'on' if capture else 'off'}"
-            print(f"\n{label} (from the {run.vms}-VM run): {lines['_tus']:.0f} TU, "
+            print(f"\n{label} (from the {run.vms}-VM run): {lines['_namespaces']:.0f} Standard "
+                  f"namespace(s), {lines['_tus']:.0f} TU, "
                   f"{lines['_events_s']:.0f} events/s, {lines['_bytes_s'] / 1e6:.2f} MB/s, "
                   f"~{lines['_instances']:.0f} busy instance(s), {lines['_log_gb']:.1f} GB logs/month")
             for k, v in lines.items():

@@ -9,6 +9,8 @@ them), all started together per run and measured over the same window:
   HTTPS with managed identity (tokens from the simulator's IMDS token endpoint), heartbeats every 60 s;
   Since issue 22 it signs every envelope (authenticate is on by default with that sink);
 - forwarder, production --no-authenticate: the same without signing (forwarder/attestation.py unused);
+- forwarder, production --eventhub-idle-close 0: the same keeping its Event Hubs connection open (the
+  default releases it after 20 s without a send and reconnects for the next heartbeat);
 - reference poller (requests) and reference poller (http.client): bench/reference_poller.py.
 
 The pinned VM install: every agent runs on `.venv-vm`, a venv made here from
@@ -139,6 +141,10 @@ def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Ag
                   {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm1")}),
         forwarder("forwarder, production --no-authenticate", "vm2", [*production, "--no-authenticate"],
                   {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm2")}),
+        # what releasing the idle connection (eventhub_idle_close, 20 s by default) costs the VM
+        forwarder("forwarder, production --eventhub-idle-close 0", "vm5",
+                  [*production, "--eventhub-idle-close", "0"],
+                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm5")}),
         Agent(REFERENCE, "vm3", [str(python), "-m", "bench.reference_poller", "--url", url("vm3"),
                                  "--state", str(work / "vm3"), "--http", "requests"]),
         Agent("reference poller (http.client)", "vm4", [str(python), "-m", "bench.reference_poller", "--url",
@@ -297,7 +303,7 @@ def main(argv: List[str]) -> int:
         work = Path(tmp)
         cert, key = make_certificate(work, (processes.LOOPBACK, AMQPS_HOST))
         base_env.update(trust_env(cert, work))
-        vms = [arg for i in range(5) for arg in ("--vm", f"vm{i}")]
+        vms = [arg for i in range(6) for arg in ("--vm", f"vm{i}")]
         imds = processes.start_imds(["--time-scale", "1", *vms], log_dir=work)
         hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work)
         azurite = start_azurite_tls(work, cert, key)
