@@ -80,13 +80,16 @@ class TlsRelay:
                     other = backend if side is client else client
                     try:
                         data = side.recv(65536)
+                        if not data:
+                            return
+                        other.sendall(data)  # the other side may have closed meanwhile (an idle close)
                     except (OSError, ssl.SSLError):
                         return
-                    if not data:
-                        return
-                    other.sendall(data)
-                if client.pending():
-                    backend.sendall(client.recv(client.pending()))
+                try:
+                    if client.pending():
+                        backend.sendall(client.recv(client.pending()))
+                except (OSError, ssl.SSLError):
+                    return
 
     def stop(self) -> None:
         self._stop.set()
