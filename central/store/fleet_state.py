@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -24,8 +23,12 @@ from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
+from . import head_log
+from .changes import Changes
 from .int64 import plain
 from .tables import Conflict, Op, TableLog
+
+__all__ = ["Changes", "FleetState", "EVENTS_PER_COMMIT", "KEYS_PER_QUERY"]
 
 log = logging.getLogger("central.state")  # stable: docs and queries select on it
 
@@ -34,24 +37,6 @@ KEYS_PER_QUERY = 14  # Azure Tables: at most 15 comparisons in one filter
 EVENTS_PER_COMMIT = 45  # events changed in one transaction: at most 2 operations each, plus the head
 ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
 NEVER = datetime.min.replace(tzinfo=timezone.utc)
-
-
-@dataclass
-class Changes:
-    """What one transaction writes: new versions of VMs and events, and alerts owed by no event."""
-
-    vms: Dict[str, VmState] = field(default_factory=dict)
-    events: Dict[str, EventRecord] = field(default_factory=dict)
-    alerts: List[Alert] = field(default_factory=list)
-    names: Dict[str, str] = field(default_factory=dict)  # VM name -> the vmId it is bound to now
-
-    def op_count(self) -> int:
-        # an event may move from o: to x: (two operations); the head once when any event changes
-        return (len(self.vms) + 2 * len(self.events) + len(self.alerts) + len(self.names)
-                + (1 if self.events else 0))
-
-    def empty(self) -> bool:
-        return not (self.vms or self.events or self.alerts or self.names)
 
 
 def _chunks(items: List[str], size: int) -> Iterable[List[str]]:
@@ -67,11 +52,14 @@ class FleetState:
         self.ended: OrderedDict[str, EventRecord] = OrderedDict()
         self.head_seq = 0
         self.head_etag: Optional[str] = None
+        self.head_log: Optional[head_log.Log] = None  # the head row's change log as last read or written
+        self.catch_ups = {"changed": 0, "all": 0}  # re-reads after a moved head: only what changed, or all
         self.book_etag: Optional[str] = None  # the `book` row as last read (bookkeeping commits move it)
         self.loaded = False
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
+        self.named: Dict[str, VmState] = {}  # VM name -> its row as vms_by_name last read it
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -92,8 +80,52 @@ class FleetState:
         etags = {entity.get("RowKey"): etag for entity, etag in found}
         if etags.get(rows.HEAD) == self.head_etag and etags.get(rows.BOOK) == self.book_etag:
             return False
-        self._reload_active()
+        head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
+        if etags.get(rows.BOOK) != self.book_etag or not self._catch_up(head, etags.get(rows.HEAD)):
+            self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
+
+    def _catch_up(self, head: Optional[dict], etag: Optional[str], also: Iterable[str] = ()) -> bool:
+        """Bring the active cache to `head` (read now) by reading only the events its log says changed since
+        the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
+        if head is None:
+            return False
+        seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
+        moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
+        changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
+        if changed is None:
+            self.catch_ups["all"] += 1
+            return False
+        self._read_events(changed | set(also))
+        self.head_seq, self.head_etag, self.head_log = seq, etag, log_now
+        self.catch_ups["changed"] += 1
+        return True
+
+    def _read_events(self, event_ids: Iterable[str]) -> None:
+        """Re-read these events' rows (active and ended keys, 7 events per query) into the cache."""
+        for chunk in _chunks(sorted(set(event_ids)), KEYS_PER_QUERY // 2):
+            keys = [rows.event_key(e, active) for e in chunk for active in (True, False)]
+            params = {f"k{i}": k for i, k in enumerate(keys)}
+            params["p"] = rows.PARTITION
+            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(keys)))
+            found = self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {where} )", params)
+            self.reads += 1
+            active: Dict[str, Tuple[EventRecord, str]] = {}
+            ended: Dict[str, EventRecord] = {}
+            for entity, etag in found:
+                rec = rows.event_from_entity(entity)
+                if str(entity.get("RowKey", "")).startswith(rows.ACTIVE):
+                    active[rec.event_id] = (rec, etag)
+                else:
+                    ended[rec.event_id] = rec
+            for event_id in chunk:
+                self._absent.discard(event_id)
+                if event_id in active:  # (an o: row wins: it is deleted in the commit that writes x:)
+                    self.active[event_id] = active[event_id]
+                    continue
+                self.active.pop(event_id, None)
+                if event_id in ended:
+                    self._remember_ended(ended[event_id])
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
@@ -119,6 +151,7 @@ class FleetState:
                 continue
             if entity.get("RowKey") == rows.HEAD:
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
+                self.head_log = head_log.read(entity)
                 continue
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
@@ -130,8 +163,9 @@ class FleetState:
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
             head = rows.head_entity(0, datetime.now(timezone.utc))
+            head_log.write(head, [])
             etags = self.store.transact(TABLE, [Op("insert", head)])
-            self.head_seq, self.head_etag = 0, etags[0]
+            self.head_seq, self.head_etag, self.head_log = 0, etags[0], []
             return
         except Conflict:
             pass
@@ -141,6 +175,7 @@ class FleetState:
             self.head_seq, self.head_etag = 0, None
         else:
             self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
+            self.head_log = head_log.read(got[0])
 
     def prefetch_ended(self, event_ids: Iterable[str]) -> None:
         """Read the ended rows of these events (14 keys per query) and remember which have none: the
@@ -245,6 +280,8 @@ class FleetState:
         with one name: the one heard from last."""
         wanted = sorted(set(names))
         out: Dict[str, VmState] = {}
+        for name in wanted:
+            self.named.pop(name, None)
         for chunk in _chunks(wanted, KEYS_PER_QUERY):
             params = {f"n{i}": n for i, n in enumerate(chunk)}
             params["p"] = rows.PARTITION
@@ -263,6 +300,7 @@ class FleetState:
                 if have is None or (vm.last_seen or NEVER) > (have.last_seen or NEVER):
                     out[vm.name] = vm
             self.reads += 1
+        self.named.update(out)
         return out
 
     def all_vms(self) -> List[VmState]:
@@ -311,6 +349,8 @@ class FleetState:
         elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
+            new_log = head_log.appended(self.head_log, seq, changes.events)
+            head_log.write(head, new_log)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
             owners.append(("head", ""))
         for vm_id, vm in changes.vms.items():
@@ -355,13 +395,23 @@ class FleetState:
             self._reread_after_lost_race(changes, found[0])
             raise
         self._install(changes, owners, etags, seq)
+        if seq:
+            self.head_log = new_log
         return seq
 
     def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:
         """Make the cache current for the caller's next attempt: the head and the active rows (one
         request), and the rows of the kind that lost (another instance wrote that VM's row when its
         partition moved, or bound that name); a kind not known: every VM and name row it wrote."""
-        self.refresh(force=True)
+        found = self.store.query_with_etags(
+            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
+        )
+        self.reads += 1
+        head = next(((e, etag) for e, etag in found if e.get("RowKey") == rows.HEAD), (None, None))
+        # the events this commit wrote may have been rewritten by bookkeeping (which the log does not name)
+        if not self._catch_up(head[0], head[1], also=changes.events):
+            self._reload_active()
         if kind not in ("head", "book", "event", "gone", "name"):
             self.load_vms(changes.vms, force=True)
         if kind not in ("head", "event", "gone", "vm"):
