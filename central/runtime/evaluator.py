@@ -66,6 +66,12 @@ class LazyVms(Mapping):
     def __getitem__(self, name: str) -> VmState:
         return self._load()[name]
 
+    def __contains__(self, name: object) -> bool:  # (Mapping's goes through __getitem__ and an exception)
+        return name in self._load()
+
+    def get(self, name: str, default: Optional[VmState] = None) -> Optional[VmState]:  # type: ignore[override]
+        return self._load().get(name, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())
 

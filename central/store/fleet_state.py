@@ -27,24 +27,18 @@ from . import head_log
 from .changes import Changes
 from .int64 import plain
 from .tables import Conflict, Op, TableLog
+from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads, chunks
 
-__all__ = ["Changes", "FleetState", "EVENTS_PER_COMMIT", "KEYS_PER_QUERY"]
+__all__ = ["EVENTS_PER_COMMIT", "KEYS_PER_QUERY", "Changes", "FleetState"]
 
 log = logging.getLogger("central.state")  # stable: docs and queries select on it
 
-TABLE = "State"
-KEYS_PER_QUERY = 14  # Azure Tables: at most 15 comparisons in one filter
 EVENTS_PER_COMMIT = 45  # events changed in one transaction: at most 2 operations each, plus the head
 ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
-NEVER = datetime.min.replace(tzinfo=timezone.utc)
+CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, up to max(this, active / 4)
 
 
-def _chunks(items: List[str], size: int) -> Iterable[List[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-class FleetState:
+class FleetState(VmReads):
     def __init__(self, log_store: TableLog) -> None:
         self.store = log_store
         self.vms: Dict[str, Tuple[VmState, Optional[str]]] = {}  # vmId -> (state, etag)
@@ -93,8 +87,8 @@ class FleetState:
         seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
         moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
         changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
-        if changed is None:
-            self.catch_ups["all"] += 1
+        if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
+            self.catch_ups["all"] += 1  # (many changed: one read of every active row costs less)
             return False
         self._read_events(changed | set(also))
         self.head_seq, self.head_etag, self.head_log = seq, etag, log_now
@@ -102,30 +96,42 @@ class FleetState:
         return True
 
     def _read_events(self, event_ids: Iterable[str]) -> None:
-        """Re-read these events' rows (active and ended keys, 7 events per query) into the cache."""
-        for chunk in _chunks(sorted(set(event_ids)), KEYS_PER_QUERY // 2):
-            keys = [rows.event_key(e, active) for e in chunk for active in (True, False)]
-            params = {f"k{i}": k for i, k in enumerate(keys)}
+        """Re-read these events' active rows (14 keys per query) into the cache; an event with none has
+        ended (its ended row is read when asked for: find_event, prefetch_ended)."""
+        for chunk in chunks(sorted(set(event_ids)), KEYS_PER_QUERY):
+            params = {f"k{i}": rows.event_key(e, active=True) for i, e in enumerate(chunk)}
             params["p"] = rows.PARTITION
-            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(keys)))
+            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
             found = self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {where} )", params)
             self.reads += 1
-            active: Dict[str, Tuple[EventRecord, str]] = {}
-            ended: Dict[str, EventRecord] = {}
-            for entity, etag in found:
-                rec = rows.event_from_entity(entity)
-                if str(entity.get("RowKey", "")).startswith(rows.ACTIVE):
-                    active[rec.event_id] = (rec, etag)
-                else:
-                    ended[rec.event_id] = rec
+            active = {rec.event_id: (rec, etag) for rec, etag in
+                      ((rows.event_from_entity(entity), etag) for entity, etag in found)}
             for event_id in chunk:
                 self._absent.discard(event_id)
-                if event_id in active:  # (an o: row wins: it is deleted in the commit that writes x:)
+                if event_id in active:
                     self.active[event_id] = active[event_id]
-                    continue
-                self.active.pop(event_id, None)
-                if event_id in ended:
-                    self._remember_ended(ended[event_id])
+                else:
+                    self.active.pop(event_id, None)
+
+    def catch_up(self, also: Iterable[str] = ()) -> None:
+        """Before planning: bring the cache to the current head, reading only the events changed since
+        (the head's log; all active rows when it does not reach back), and the events `also`. Rows that
+        bookkeeping rewrote are not re-read (a decision about another event does not read what it
+        writes): their ETags make a commit on them fail, which re-reads them; `refresh` still sees the
+        book moved and reads everything for the views and the timer."""
+        if not self.loaded:
+            self.refresh()
+            return
+        found = self.store.query_with_etags(
+            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
+        )
+        self.reads += 1
+        head, etag = next(((e, t) for e, t in found if e.get("RowKey") == rows.HEAD), (None, None))
+        if etag == self.head_etag and not also:
+            return
+        if not self._catch_up(head, etag, also):
+            self._reload_active()
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
@@ -183,7 +189,7 @@ class FleetState:
         this attempt only (`forget_absent`): an event created and ended meanwhile moves the head, so the
         attempt's commit fails and the next attempt reads again."""
         wanted = sorted({e for e in event_ids if e not in self.active and e not in self.ended})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
+        for chunk in chunks(wanted, KEYS_PER_QUERY):
             params = {f"k{i}": rows.event_key(e, active=False) for i, e in enumerate(chunk)}
             params["p"] = rows.PARTITION
             keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
@@ -229,89 +235,6 @@ class FleetState:
         self.ended[rec.event_id] = rec
         while len(self.ended) > ENDED_CACHE:
             self.ended.popitem(last=False)
-
-    def vm(self, vm_id: str) -> Optional[VmState]:
-        found = self.vms.get(vm_id)
-        return found[0] if found else None
-
-    def load_vms(self, vm_ids: Iterable[str], force: bool = False) -> None:
-        """Read the VM rows not cached (or all of them, `force`), 14 keys per query."""
-        wanted = sorted({v for v in vm_ids if force or v not in self.vms})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.vm_key(v) for i, v in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            filter_ = (
-                "PartitionKey eq @p and ( "
-                + " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-                + " )"
-            )
-            found = {
-                e["VmId"]: (rows.vm_from_entity(e), etag)
-                for e, etag in self.store.query_with_etags(TABLE, filter_, params)
-            }
-            self.reads += 1
-            for vm_id in chunk:
-                if vm_id in found:
-                    self.vms[vm_id] = found[vm_id]
-                else:
-                    self.vms.pop(vm_id, None)
-
-    def load_names(self, names: Iterable[str], force: bool = False) -> None:
-        """Read the name bindings not cached (or all, `force`), 14 keys per query; an unbound name is
-        cached as ("", None)."""
-        wanted = sorted({n for n in names if force or n not in self.names})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.name_key(n) for i, n in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-            filter_ = f"PartitionKey eq @p and ( {keys} )"  # spaces: the SDK substitutes @names word by word
-            rows_found = self.store.query_with_etags(TABLE, filter_, params)
-            found = {e["VmName"]: (e["VmId"], etag) for e, etag in rows_found}
-            self.reads += 1
-            for name in chunk:
-                self.names[name] = found.get(name, ("", None))
-
-    def bound_vm(self, name: str) -> str:
-        """The vmId bound to `name` ('' when unbound); load_names first."""
-        return self.names.get(name, ("", None))[0]
-
-    def vms_by_name(self, names: Iterable[str]) -> Dict[str, VmState]:
-        """The current rows of the VMs with these names, read now (liveness any instance saw). Two VMs
-        with one name: the one heard from last."""
-        wanted = sorted(set(names))
-        out: Dict[str, VmState] = {}
-        for name in wanted:
-            self.named.pop(name, None)
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"n{i}": n for i, n in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            # spaces around the parentheses: the SDK substitutes @names word by word
-            filter_ = (
-                "PartitionKey eq @p and Kind eq 'vm' and ( "
-                + " or ".join(f"VmName eq @n{i}" for i in range(len(chunk)))
-                + " )"
-            )
-            for entity, etag in self.store.query_with_etags(TABLE, filter_, params):
-                vm = rows.vm_from_entity(entity)
-                self.vms[vm.vm_id] = (vm, etag)
-                if not vm.name_bound:
-                    continue  # its name was taken over by the VM that holds it now
-                have = out.get(vm.name)
-                if have is None or (vm.last_seen or NEVER) > (have.last_seen or NEVER):
-                    out[vm.name] = vm
-            self.reads += 1
-        self.named.update(out)
-        return out
-
-    def all_vms(self) -> List[VmState]:
-        found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and Kind eq 'vm'", {"p": rows.PARTITION}
-        )
-        self.reads += 1
-        for entity, etag in found:
-            vm = rows.vm_from_entity(entity)
-            self.vms[vm.vm_id] = (vm, etag)
-        return [rows.vm_from_entity(e) for e, _ in found]
 
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""
@@ -400,18 +323,12 @@ class FleetState:
         return seq
 
     def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:
-        """Make the cache current for the caller's next attempt: the head and the active rows (one
-        request), and the rows of the kind that lost (another instance wrote that VM's row when its
-        partition moved, or bound that name); a kind not known: every VM and name row it wrote."""
-        found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
-            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
-        )
-        self.reads += 1
-        head = next(((e, etag) for e, etag in found if e.get("RowKey") == rows.HEAD), (None, None))
-        # the events this commit wrote may have been rewritten by bookkeeping (which the log does not name)
-        if not self._catch_up(head[0], head[1], also=changes.events):
-            self._reload_active()
+        """Make the cache current for the caller's next attempt: the events changed since the cached head
+        and the ones this commit wrote (`catch_up`), and the rows of the kind that lost (another instance
+        wrote that VM's row when its partition moved, or bound that name); a kind not known: every VM and
+        name row it wrote."""
+        # its events may have been rewritten by bookkeeping, which the log does not name
+        self.catch_up(also=changes.events)
         if kind not in ("head", "book", "event", "gone", "name"):
             self.load_vms(changes.vms, force=True)
         if kind not in ("head", "event", "gone", "vm"):
