@@ -8,7 +8,9 @@ row (If-Match) in the same transaction, so such changes are serialised fleet-wid
 commits was taken on the current state of every event (budgets count the whole fleet whoever saw the
 events). Bookkeeping changes (an attempt marked sent, alerts settled or leased) keep their rows' If-Match
 but rewrite the `book` row instead of the head: they cannot change another event's decision, so they
-need not make concurrent decisions lose a race; `refresh` watches both rows.
+need not make concurrent decisions lose a race; `refresh` watches both rows. The head row also logs the
+events its last commits changed (central.store.head_log), so a cache behind it re-reads only those
+(`catch_up`) instead of every active row.
 """
 
 from __future__ import annotations
