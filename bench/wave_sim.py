@@ -1,8 +1,11 @@
 """A maintenance wave on a large fleet, simulated in virtual time through central's own code.
 
-    python -m bench.wave_sim [--vms 100000] [--events 10000] [--minutes 10] [--budget 10]
+    python -m bench.wave_sim [--vms 100000] [--events 10000] [--minutes 10] [--budget 10] [--instances 4]
+                             [--compare-one]
 
-Four CentralService instances (the real central.runtime / central.store code: ingest, decide, act, the
+Four CentralService instances (`--instances`; `--compare-one` plays the same seeded wave again with one
+instance and prints the ratio per 1,000 envelopes of CPU inside central's calls and of Storage round trips,
+issue 24 item 4) (the real central.runtime / central.store code: ingest, decide, act, the
 Tables and Queue clients of the azure SDKs), each owning one of 4 Event Hubs partitions, against a
 Table/Queue service for the semantics (ETags, conditional writes, `$batch`, approval queues):
 bench.table_memory, an in-memory stand-in the SDKs reach through their own transport (checked
@@ -20,7 +23,10 @@ the event gone 180 s after that. Not played: heartbeats (they never touch the he
 bench.fleet_cost prices them), so the 90 % of the fleet without an event sends nothing here.
 
 Measured: first report -> first decision (any verdict) and -> approval, p50 / p99; approvals per
-event (goal: never 2); the most VMs of a scale set approved-and-not-ended at once against the budget;
+event (goal: never 2); the most VMs of a scale set approved-and-not-ended at once against the budget
+(from the approval's send to the VM's report that the event is gone; also printed counting each until
+the call that took that report ended, which can overlap an approval by a call that started later but
+ended sooner: calls are played one at a time, each seeing every earlier-started call's commits);
 commits that lost a race; Storage requests and throttled ones; real seconds taken.
 `--validate` adds the same 1,000-VM scenario three times: on the stand-in and on Azurite, both charged
 the model (the stand-in against the reference), and on Azurite charged its own measured latencies
@@ -51,7 +57,7 @@ from bench.table_model import Model, ModelTransport
 from sandbox import processes
 
 REPEATS_INSIDE = True  # `python -m bench` runs it once (bounded: 150 s + 3 x 50 s): seeded, virtual time
-INSTANCES = PARTITIONS = 4
+PARTITIONS = 4  # each owned by one instance (partition p: instance p % --instances)
 SCALE_SET_SIZE = 500
 TIMER_EVERY = 60.0
 APPROVALS = ("approve", "approve-after-hook", "approve-in-window")
@@ -90,9 +96,12 @@ class Outcome:
     first_report: Dict[str, float] = field(default_factory=dict)
     first_decision: Dict[str, float] = field(default_factory=dict)
     approved: Dict[str, List[float]] = field(default_factory=dict)
-    ended: Dict[str, float] = field(default_factory=dict)
+    ended: Dict[str, float] = field(default_factory=dict)  # when the VM reported the event gone (its end)
+    processed: Dict[str, float] = field(default_factory=dict)  # when the call that took that report ended
     scale_set: Dict[str, str] = field(default_factory=dict)
     calls: int = 0
+    envelopes: int = 0  # envelopes delivered to ingest (the per-1,000-envelopes base of item 4's ratio)
+    invocation_cpu: float = 0.0  # thread CPU inside central's calls (what the instances' work costs)
     cut_at: float = -1.0  # virtual time the real-time bound stopped the run at (-1: it finished)
     cpu: float = 0.0  # process CPU seconds of the run (the machine is shared: real seconds are not its cost)
     store_cpu: float = 0.0  # of which the in-memory stand-in answering (nan on Azurite)
@@ -121,7 +130,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
               "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}]}
     settings = {"ApprovalStorage": connection, "TABLE_PREFIX": f"wave{tag}",
                 "POLICY_JSON": json.dumps(policy), "ALERT_WEBHOOK_URL": ""}
-    services = [build(settings, model, storage) for _ in range(INSTANCES)]
+    instances = args.instances
+    services = [build(settings, model, storage) for _ in range(instances)]
     rng = random.Random(24)
     vms = [SimVm(i) for i in range(args.vms)]
     out = Outcome()
@@ -140,8 +150,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         event_id = f"E-{vm.vm_id[:8]}".upper()
         owner[event_id], out.scale_set[event_id], out.first_report[event_id] = vm, vm.scale_set, at
         arrive(vm, at, wave_incarnation(vm, event_id, "Scheduled", T0 + timedelta(seconds=at), last))
-    free = [0.0] * INSTANCES
-    clock: List[Tuple[float, int, str, int]] = [(0.0, i, "wake", i) for i in range(INSTANCES)]
+    free = [0.0] * instances  # when each instance is done with its current call (one call at a time)
+    clock: List[Tuple[float, int, str, int]] = [(0.0, p, "wake", p) for p in range(PARTITIONS)]
     clock.append((TIMER_EVERY, 99, "timer", 0))
     heapq.heapify(clock)
     horizon = span + args.drain_minutes * 60.0
@@ -154,9 +164,11 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         if args.verbose:
             print(f"  call {out.calls} instance {i} at {t:.1f}: {time.monotonic() - real:.2f} s real, "
                   f"{transport.requests - requests} requests, {len(decisions)} decisions", flush=True)
-        duration = time.thread_time() - cpu + transport.io
+        used = time.thread_time() - cpu
+        duration = used + transport.io
         free[i] = t + duration
         out.calls += 1
+        out.invocation_cpu += used
         for d in decisions:
             if args.verbose:
                 print(f"    {d.event_id} {d.action} state={d.state} msg={d.message_id} by={d.decided_by} "
@@ -179,39 +191,41 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     deadline = time.monotonic() + args.max_real_seconds
     cpu_started = time.process_time()
     while clock:
-        t, _, kind, i = heapq.heappop(clock)
+        t, order, kind, p = heapq.heappop(clock)  # p: the partition (the timer's: instance 0)
         if t > horizon or len(out.ended) == args.events:
             break
         if time.monotonic() > deadline:  # bounded: report what was simulated, and say so
             out.cut_at = t
             break
+        i = p % instances  # the instance that owns the partition
         if t < free[i]:
-            heapq.heappush(clock, (free[i], i, kind, i))
+            heapq.heappush(clock, (free[i], order, kind, p))
             continue
         if kind == "timer":
             call(i, t, lambda s, now=T0 + timedelta(seconds=t): s.reevaluate(now=now))
             heapq.heappush(clock, (t + TIMER_EVERY, 99, "timer", 0))
             continue
-        queue = arrivals[i]
+        queue = arrivals[p]
         ready = [a for a in queue if a[0] <= t]
         if not ready:
             if queue:
-                heapq.heappush(clock, (queue[0][0], i, "wake", i))
+                heapq.heappush(clock, (queue[0][0], p, "wake", p))
             else:
-                heapq.heappush(clock, (t + 1.0, i, "wake", i))  # results may still come
+                heapq.heappush(clock, (t + 1.0, p, "wake", p))  # results may still come
             continue
         ready.sort()
         if len(ready) < BATCH_MIN and ready[0][0] + MAX_WAIT > t:  # (the same sum as the wake's)
-            heapq.heappush(clock, (ready[0][0] + MAX_WAIT, i, "wake", i))
+            heapq.heappush(clock, (ready[0][0] + MAX_WAIT, p, "wake", p))
             continue
         batch = [heapq.heappop(queue) for _ in range(min(BATCH_MAX, len(ready)))]
+        out.envelopes += len(batch)
         stamps = [T0 + timedelta(seconds=a[0]) for a in batch]
         bodies, now = [a[2] for a in batch], T0 + timedelta(seconds=t)
         call(i, t, lambda s, b=bodies, n=now, e=stamps: s.handle_batch(b, now=n, enqueued_times=e).decisions)
         for a in batch:
             if a[3]:
-                out.ended[a[3]] = free[i]
-        heapq.heappush(clock, (free[i], i, "wake", i))
+                out.ended[a[3]], out.processed[a[3]] = a[0], free[i]
+        heapq.heappush(clock, (free[i], p, "wake", p))
     out.cpu = time.process_time() - cpu_started
     out.store_cpu = storage.cpu if storage is not None else float("nan")
     return summarize(out, args, services, model)
@@ -221,27 +235,33 @@ def _pct(values: List[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
 
 
-def summarize(out: Outcome, args: argparse.Namespace, services: List[Any], model: Model) -> Dict[str, float]:
-    first = [out.first_decision[e] - out.first_report[e] for e in out.first_decision if e in out.first_report]
-    approval = [v[0] - out.first_report[e] for e, v in out.approved.items()]
+def budget_peak(out: Outcome, ends: Dict[str, float]) -> int:
+    """The most VMs of one scale set impacted at once: from the approval's send to `ends`."""
     peak: Dict[str, int] = {}
     edges: Dict[str, List[Tuple[float, int]]] = {}
     for e, times in out.approved.items():
         edges.setdefault(out.scale_set[e], []).append((times[0], 1))
-        edges[out.scale_set[e]].append((out.ended.get(e, float("inf")), -1))
+        edges[out.scale_set[e]].append((ends.get(e, float("inf")), -1))
     for group, points in edges.items():
         level = 0
         for _, step in sorted(points, key=lambda p: (p[0], p[1])):
             level += step
             peak[group] = max(peak.get(group, 0), level)
+    return max(peak.values() or [0])
+
+
+def summarize(out: Outcome, args: argparse.Namespace, services: List[Any], model: Model) -> Dict[str, float]:
+    first = [out.first_decision[e] - out.first_report[e] for e in out.first_decision if e in out.first_report]
+    approval = [v[0] - out.first_report[e] for e, v in out.approved.items()]
     return {
         "cpu_s": out.cpu, "store_cpu_s": out.store_cpu,
         "events": args.events, "decided": len(out.first_decision), "approved": len(out.approved),
         "ended": len(out.ended), "calls": out.calls, "cut_at": out.cut_at,
+        "envelopes": out.envelopes, "invocation_cpu_s": out.invocation_cpu,
         "decision_p50": _pct(first, 50), "decision_p99": _pct(first, 99),
         "approval_p50": _pct(approval, 50), "approval_p99": _pct(approval, 99),
         "approved_twice": sum(1 for v in out.approved.values() if len(v) > 1),
-        "budget_peak": max(peak.values() or [0]),
+        "budget_peak": budget_peak(out, out.ended), "budget_peak_processed": budget_peak(out, out.processed),
         "lost_races": sum(s.counters["conflicts"] for s, _ in services),
         "requests": sum(t.requests for _, t in services), "throttled": model.throttled,
         "latency_p50_ms": 1000 * _pct(model.samples, 50),
@@ -259,11 +279,14 @@ def report(label: str, r: Dict[str, float], real_s: float, budget: int) -> List[
           f"{r['decision_p50']:.2f} s, p99 {r['decision_p99']:.2f} s; -> approval p50 "
           f"{r['approval_p50']:.1f} s, "
           f"p99 {r['approval_p99']:.1f} s; approved twice {int(r['approved_twice'])}; most of a scale set "
-          f"impacted at once {int(r['budget_peak'])} (budget {budget}); lost races {int(r['lost_races'])}; "
+          f"impacted at once {int(r['budget_peak'])} (budget {budget}; {int(r['budget_peak_processed'])} "
+          f"counting each until the end of the call that took its end); lost races {int(r['lost_races'])}; "
           f"Storage requests {int(r['requests'])}, throttled {int(r['throttled'])}; charged latency p50/p99 "
           f"{r['latency_p50_ms']:.1f}/{r['latency_p99_ms']:.1f} ms (the service's own, wall-clock "
           f"{r['azurite_p50_ms']:.1f}/{r['azurite_p99_ms']:.1f} ms); {real_s:.0f} s real, "
-          f"{r['cpu_s']:.0f} s CPU (stand-in {r['store_cpu_s']:.1f} s)")
+          f"{r['cpu_s']:.0f} s CPU (stand-in {r['store_cpu_s']:.1f} s); per 1,000 envelopes "
+          f"({int(r['envelopes'])}): {per_thousand(r, 'invocation_cpu_s'):.2f} s CPU inside central's calls, "
+          f"{per_thousand(r, 'requests'):.0f} Storage round trips")
     return [
         Figure("wave_sim", f"{label}: first report -> decision p99", round(r["decision_p99"], 2), "s", "<= 5",
                r["decision_p99"] <= 5),
@@ -278,7 +301,28 @@ def report(label: str, r: Dict[str, float], real_s: float, budget: int) -> List[
         Figure("wave_sim", f"{label}: throttled Storage requests", int(r["throttled"]), "requests"),
         Figure("wave_sim", f"{label}: real seconds", round(real_s, 1), "s"),
         Figure("wave_sim", f"{label}: CPU seconds", round(r["cpu_s"], 1), "s"),
+        Figure("wave_sim", f"{label}: CPU inside central's calls per 1,000 envelopes",
+               round(per_thousand(r, "invocation_cpu_s"), 3), "s"),
+        Figure("wave_sim", f"{label}: Storage round trips per 1,000 envelopes",
+               round(per_thousand(r, "requests"), 1), "requests"),
     ]
+
+
+def per_thousand(r: Dict[str, float], key: str) -> float:
+    return 1000 * r[key] / r["envelopes"] if r["envelopes"] else float("nan")
+
+
+def compare(label: str, many: Dict[str, float], one: Dict[str, float], instances: int) -> List[Figure]:
+    """Item 4's ratio: `instances` instances against one on the same seeded wave, per 1,000 envelopes."""
+    cpu = per_thousand(many, "invocation_cpu_s") / per_thousand(one, "invocation_cpu_s")
+    trips = per_thousand(many, "requests") / per_thousand(one, "requests")
+    print(f"{label}: {instances} instances vs 1, per 1,000 envelopes: CPU inside central's calls x{cpu:.2f}, "
+          f"Storage round trips x{trips:.2f} (goal <= x1.10)")
+    return [Figure("wave_sim", f"{label}: CPU per 1,000 envelopes, {instances} instances vs 1", round(cpu, 3),
+                   "x", "<= 1.10", cpu <= 1.10),
+            Figure("wave_sim",
+                   f"{label}: Storage round trips per 1,000 envelopes, {instances} instances vs 1",
+                   round(trips, 3), "x", "<= 1.10", trips <= 1.10)]
 
 
 def main(argv: List[str]) -> int:
@@ -287,6 +331,11 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--budget", type=int, default=10, help="maxImpacted per scale set of 500 VMs")
+    parser.add_argument("--instances", type=int, choices=range(1, PARTITIONS + 1), default=4,
+                        help=f"central instances sharing the {PARTITIONS} partitions")
+    parser.add_argument("--compare-one", action="store_true",
+                        help="play the main wave again with 1 instance and print the ratio per 1,000 "
+                             "envelopes (issue 24 item 4; doubles the run time)")
     parser.add_argument("--drain-minutes", type=float, default=30.0,
                         help="virtual time after the last report")
     parser.add_argument("--verbose", action="store_true", help="a line per call")
@@ -304,10 +353,14 @@ def main(argv: List[str]) -> int:
                                   "max_real_seconds": args.validate_seconds})
     main_label = f"{args.vms} VMs, {args.events} events" + (", Azurite" if args.store == "azurite" else "")
     runs = [(main_label, args, Model(), args.store)]
+    if args.compare_one and args.instances > 1:
+        one = argparse.Namespace(**{**vars(args), "instances": 1})
+        runs.append((main_label + ", 1 instance", one, Model(), args.store))
     if args.validate:  # the same 1k scenario on the stand-in and on Azurite; then Azurite's own pace
         runs += [("1000 VMs, 100 events, stand-in, Azure model", small, Model(), "memory"),
                  ("1000 VMs, 100 events, Azurite, Azure model", small, Model(), "azurite"),
                  ("1000 VMs, 100 events, Azurite latencies", small, Model(use_measured=True), "azurite")]
+    results: List[Dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         azurite = processes.start_azurite(log_dir=Path(tmp)) if any(r[3] == "azurite" for r in runs) else None
         try:
@@ -320,6 +373,9 @@ def main(argv: List[str]) -> int:
                     assert azurite is not None
                     result = simulate(run_args, azurite.extra["connection_string"], model, f"r{n}")
                 figures += report(label, result, time.monotonic() - started, run_args.budget)
+                results.append(result)
+                if n == 1 and args.compare_one and args.instances > 1:
+                    figures += compare(main_label, results[0], result, args.instances)
         finally:
             if azurite is not None:
                 azurite.stop()

@@ -40,6 +40,7 @@ from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
 from .inline import all_vms_over, candidates, vms_by_name_over
 from .results import BatchResult, Decision
+from .vm_facts import reading_fewer
 
 log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
 
@@ -64,6 +65,12 @@ class LazyVms(Mapping):
 
     def __getitem__(self, name: str) -> VmState:
         return self._load()[name]
+
+    def __contains__(self, name: object) -> bool:  # (Mapping's goes through __getitem__ and an exception)
+        return name in self._load()
+
+    def get(self, name: str, default: Optional[VmState] = None) -> Optional[VmState]:  # type: ignore[override]
+        return self._load().get(name, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())
@@ -119,6 +126,11 @@ class Evaluator:
         read, known = self.state.vms_by_name, self.state.all_vms
         if planned is not None and planned.vms:
             read, known = vms_by_name_over(self.state, planned.vms), all_vms_over(self.state, planned.vms)
+        # the candidates' VMs fresh; other events' VMs from the cache when a read would not change a
+        # budget count (central.runtime.vm_facts)
+        fresh = {name for rec in candidates for name in rec.resources}
+        keep_out = {vm.name for vm in planned.vms.values()} if planned is not None else set()
+        read = reading_fewer(read, self.state.named, fresh, keep_out, now, self.config.liveness)
         return FleetView(LazyVms(names, read), open_events, self.config.liveness,
                          known if self.policy.needs_group_sizes else None, rules=self.config.witness)
 

@@ -230,7 +230,7 @@ class Ingest:
             isinstance(i.parsed, Envelope) and i.parsed.type in (INCARNATION, APPROVAL_RESULT)
             for i in segment
         ):
-            self.state.ensure_loaded()
+            self.state.catch_up()  # what changed since the cached head: a plan on stale rows loses its race
         self.state.forget_absent()
         reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
                     for event in (e.data.get("document") or {}).get("Events") or []

@@ -44,9 +44,12 @@ def vms_by_name_over(state: FleetState,
                      planned: Dict[str, VmState]) -> Callable[[Iterable[str]], Dict[str, VmState]]:
     """FleetState.vms_by_name, with the plan's VM rows standing over the stored ones."""
 
+    held = {vm.name for vm in planned.values() if vm.name_bound}  # the plan's row stands for these names
+
     def read(names: Iterable[str]) -> Dict[str, VmState]:
         wanted = set(names)
-        out: Dict[str, VmState] = _keeping_etags(state, planned, lambda: state.vms_by_name(wanted))  # type: ignore[assignment]
+        out: Dict[str, VmState] = _keeping_etags(  # type: ignore[assignment]
+            state, planned, lambda: state.vms_by_name(wanted - held))
         for vm in planned.values():
             if vm.name not in wanted:
                 continue

@@ -8,14 +8,15 @@ row (If-Match) in the same transaction, so such changes are serialised fleet-wid
 commits was taken on the current state of every event (budgets count the whole fleet whoever saw the
 events). Bookkeeping changes (an attempt marked sent, alerts settled or leased) keep their rows' If-Match
 but rewrite the `book` row instead of the head: they cannot change another event's decision, so they
-need not make concurrent decisions lose a race; `refresh` watches both rows.
+need not make concurrent decisions lose a race; `refresh` watches both rows. The head row also logs the
+events its last commits changed (central.store.head_log), so a cache behind it re-reads only those
+(`catch_up`) instead of every active row.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -24,42 +25,22 @@ from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
+from . import head_log
+from .changes import Changes
 from .int64 import plain
 from .tables import Conflict, Op, TableLog
+from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads, chunks
+
+__all__ = ["EVENTS_PER_COMMIT", "KEYS_PER_QUERY", "Changes", "FleetState"]
 
 log = logging.getLogger("central.state")  # stable: docs and queries select on it
 
-TABLE = "State"
-KEYS_PER_QUERY = 14  # Azure Tables: at most 15 comparisons in one filter
 EVENTS_PER_COMMIT = 45  # events changed in one transaction: at most 2 operations each, plus the head
 ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
-NEVER = datetime.min.replace(tzinfo=timezone.utc)
+CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, up to max(this, active / 4)
 
 
-@dataclass
-class Changes:
-    """What one transaction writes: new versions of VMs and events, and alerts owed by no event."""
-
-    vms: Dict[str, VmState] = field(default_factory=dict)
-    events: Dict[str, EventRecord] = field(default_factory=dict)
-    alerts: List[Alert] = field(default_factory=list)
-    names: Dict[str, str] = field(default_factory=dict)  # VM name -> the vmId it is bound to now
-
-    def op_count(self) -> int:
-        # an event may move from o: to x: (two operations); the head once when any event changes
-        return (len(self.vms) + 2 * len(self.events) + len(self.alerts) + len(self.names)
-                + (1 if self.events else 0))
-
-    def empty(self) -> bool:
-        return not (self.vms or self.events or self.alerts or self.names)
-
-
-def _chunks(items: List[str], size: int) -> Iterable[List[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-class FleetState:
+class FleetState(VmReads):
     def __init__(self, log_store: TableLog) -> None:
         self.store = log_store
         self.vms: Dict[str, Tuple[VmState, Optional[str]]] = {}  # vmId -> (state, etag)
@@ -67,11 +48,14 @@ class FleetState:
         self.ended: OrderedDict[str, EventRecord] = OrderedDict()
         self.head_seq = 0
         self.head_etag: Optional[str] = None
+        self.head_log: Optional[head_log.Log] = None  # the head row's change log as last read or written
+        self.catch_ups = {"changed": 0, "all": 0}  # re-reads after a moved head: only what changed, or all
         self.book_etag: Optional[str] = None  # the `book` row as last read (bookkeeping commits move it)
         self.loaded = False
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
+        self.named: Dict[str, VmState] = {}  # VM name -> its row as vms_by_name last read it
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -92,8 +76,64 @@ class FleetState:
         etags = {entity.get("RowKey"): etag for entity, etag in found}
         if etags.get(rows.HEAD) == self.head_etag and etags.get(rows.BOOK) == self.book_etag:
             return False
-        self._reload_active()
+        head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
+        if etags.get(rows.BOOK) != self.book_etag or not self._catch_up(head, etags.get(rows.HEAD)):
+            self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
+
+    def _catch_up(self, head: Optional[dict], etag: Optional[str], also: Iterable[str] = ()) -> bool:
+        """Bring the active cache to `head` (read now) by reading only the events its log says changed since
+        the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
+        if head is None:
+            return False
+        seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
+        moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
+        changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
+        if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
+            self.catch_ups["all"] += 1  # (many changed: one read of every active row costs less)
+            return False
+        self._read_events(changed | set(also))
+        self.head_seq, self.head_etag, self.head_log = seq, etag, log_now
+        self.catch_ups["changed"] += 1
+        return True
+
+    def _read_events(self, event_ids: Iterable[str]) -> None:
+        """Re-read these events' active rows (14 keys per query) into the cache; an event with none has
+        ended (its ended row is read when asked for: find_event, prefetch_ended)."""
+        for chunk in chunks(sorted(set(event_ids)), KEYS_PER_QUERY):
+            params = {f"k{i}": rows.event_key(e, active=True) for i, e in enumerate(chunk)}
+            params["p"] = rows.PARTITION
+            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
+            found = self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {where} )", params)
+            self.reads += 1
+            active = {rec.event_id: (rec, etag) for rec, etag in
+                      ((rows.event_from_entity(entity), etag) for entity, etag in found)}
+            for event_id in chunk:
+                self._absent.discard(event_id)
+                if event_id in active:
+                    self.active[event_id] = active[event_id]
+                else:
+                    self.active.pop(event_id, None)
+
+    def catch_up(self, also: Iterable[str] = ()) -> None:
+        """Before planning: bring the cache to the current head, reading only the events changed since
+        (the head's log; all active rows when it does not reach back), and the events `also`. Rows that
+        bookkeeping rewrote are not re-read (a decision about another event does not read what it
+        writes): their ETags make a commit on them fail, which re-reads them; `refresh` still sees the
+        book moved and reads everything for the views and the timer."""
+        if not self.loaded:
+            self.refresh()
+            return
+        found = self.store.query_with_etags(
+            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
+        )
+        self.reads += 1
+        head, etag = next(((e, t) for e, t in found if e.get("RowKey") == rows.HEAD), (None, None))
+        if etag == self.head_etag and not also:
+            return
+        if not self._catch_up(head, etag, also):
+            self._reload_active()
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
@@ -119,6 +159,7 @@ class FleetState:
                 continue
             if entity.get("RowKey") == rows.HEAD:
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
+                self.head_log = head_log.read(entity)
                 continue
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
@@ -130,8 +171,9 @@ class FleetState:
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
             head = rows.head_entity(0, datetime.now(timezone.utc))
+            head_log.write(head, [])
             etags = self.store.transact(TABLE, [Op("insert", head)])
-            self.head_seq, self.head_etag = 0, etags[0]
+            self.head_seq, self.head_etag, self.head_log = 0, etags[0], []
             return
         except Conflict:
             pass
@@ -141,6 +183,7 @@ class FleetState:
             self.head_seq, self.head_etag = 0, None
         else:
             self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
+            self.head_log = head_log.read(got[0])
 
     def prefetch_ended(self, event_ids: Iterable[str]) -> None:
         """Read the ended rows of these events (14 keys per query) and remember which have none: the
@@ -148,7 +191,7 @@ class FleetState:
         this attempt only (`forget_absent`): an event created and ended meanwhile moves the head, so the
         attempt's commit fails and the next attempt reads again."""
         wanted = sorted({e for e in event_ids if e not in self.active and e not in self.ended})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
+        for chunk in chunks(wanted, KEYS_PER_QUERY):
             params = {f"k{i}": rows.event_key(e, active=False) for i, e in enumerate(chunk)}
             params["p"] = rows.PARTITION
             keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
@@ -195,86 +238,6 @@ class FleetState:
         while len(self.ended) > ENDED_CACHE:
             self.ended.popitem(last=False)
 
-    def vm(self, vm_id: str) -> Optional[VmState]:
-        found = self.vms.get(vm_id)
-        return found[0] if found else None
-
-    def load_vms(self, vm_ids: Iterable[str], force: bool = False) -> None:
-        """Read the VM rows not cached (or all of them, `force`), 14 keys per query."""
-        wanted = sorted({v for v in vm_ids if force or v not in self.vms})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.vm_key(v) for i, v in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            filter_ = (
-                "PartitionKey eq @p and ( "
-                + " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-                + " )"
-            )
-            found = {
-                e["VmId"]: (rows.vm_from_entity(e), etag)
-                for e, etag in self.store.query_with_etags(TABLE, filter_, params)
-            }
-            self.reads += 1
-            for vm_id in chunk:
-                if vm_id in found:
-                    self.vms[vm_id] = found[vm_id]
-                else:
-                    self.vms.pop(vm_id, None)
-
-    def load_names(self, names: Iterable[str], force: bool = False) -> None:
-        """Read the name bindings not cached (or all, `force`), 14 keys per query; an unbound name is
-        cached as ("", None)."""
-        wanted = sorted({n for n in names if force or n not in self.names})
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.name_key(n) for i, n in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-            filter_ = f"PartitionKey eq @p and ( {keys} )"  # spaces: the SDK substitutes @names word by word
-            rows_found = self.store.query_with_etags(TABLE, filter_, params)
-            found = {e["VmName"]: (e["VmId"], etag) for e, etag in rows_found}
-            self.reads += 1
-            for name in chunk:
-                self.names[name] = found.get(name, ("", None))
-
-    def bound_vm(self, name: str) -> str:
-        """The vmId bound to `name` ('' when unbound); load_names first."""
-        return self.names.get(name, ("", None))[0]
-
-    def vms_by_name(self, names: Iterable[str]) -> Dict[str, VmState]:
-        """The current rows of the VMs with these names, read now (liveness any instance saw). Two VMs
-        with one name: the one heard from last."""
-        wanted = sorted(set(names))
-        out: Dict[str, VmState] = {}
-        for chunk in _chunks(wanted, KEYS_PER_QUERY):
-            params = {f"n{i}": n for i, n in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            # spaces around the parentheses: the SDK substitutes @names word by word
-            filter_ = (
-                "PartitionKey eq @p and Kind eq 'vm' and ( "
-                + " or ".join(f"VmName eq @n{i}" for i in range(len(chunk)))
-                + " )"
-            )
-            for entity, etag in self.store.query_with_etags(TABLE, filter_, params):
-                vm = rows.vm_from_entity(entity)
-                self.vms[vm.vm_id] = (vm, etag)
-                if not vm.name_bound:
-                    continue  # its name was taken over by the VM that holds it now
-                have = out.get(vm.name)
-                if have is None or (vm.last_seen or NEVER) > (have.last_seen or NEVER):
-                    out[vm.name] = vm
-            self.reads += 1
-        return out
-
-    def all_vms(self) -> List[VmState]:
-        found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and Kind eq 'vm'", {"p": rows.PARTITION}
-        )
-        self.reads += 1
-        for entity, etag in found:
-            vm = rows.vm_from_entity(entity)
-            self.vms[vm.vm_id] = (vm, etag)
-        return [rows.vm_from_entity(e) for e, _ in found]
-
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""
         found = self.store.query_with_etags(
@@ -311,6 +274,8 @@ class FleetState:
         elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
+            new_log = head_log.appended(self.head_log, seq, changes.events)
+            head_log.write(head, new_log)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
             owners.append(("head", ""))
         for vm_id, vm in changes.vms.items():
@@ -355,13 +320,17 @@ class FleetState:
             self._reread_after_lost_race(changes, found[0])
             raise
         self._install(changes, owners, etags, seq)
+        if seq:
+            self.head_log = new_log
         return seq
 
     def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:
-        """Make the cache current for the caller's next attempt: the head and the active rows (one
-        request), and the rows of the kind that lost (another instance wrote that VM's row when its
-        partition moved, or bound that name); a kind not known: every VM and name row it wrote."""
-        self.refresh(force=True)
+        """Make the cache current for the caller's next attempt: the events changed since the cached head
+        and the ones this commit wrote (`catch_up`), and the rows of the kind that lost (another instance
+        wrote that VM's row when its partition moved, or bound that name); a kind not known: every VM and
+        name row it wrote."""
+        # its events may have been rewritten by bookkeeping, which the log does not name
+        self.catch_up(also=changes.events)
         if kind not in ("head", "book", "event", "gone", "name"):
             self.load_vms(changes.vms, force=True)
         if kind not in ("head", "event", "gone", "vm"):

@@ -109,6 +109,7 @@ class TableLog:
     _staged: Dict[Tuple[str, str, str], Dict[str, Any]] = field(default_factory=dict)
     _ready: bool = False
     rejected: List[str] = field(default_factory=list)  # log rows set aside since the last take_rejected()
+    _clients: Dict[str, Any] = field(default_factory=dict)  # a TableClient per table (each builds a pipeline)
 
     def name(self, table: str) -> str:
         return f"{self.prefix}{table}"
@@ -134,7 +135,10 @@ class TableLog:
         self._ready = True
 
     def client(self, table: str) -> Any:
-        return self.service.get_table_client(self.name(table))
+        found = self._clients.get(table)
+        if found is None:
+            found = self._clients[table] = self.service.get_table_client(self.name(table))
+        return found
 
     # ---- State: conditional transactions --------------------------------------------------------
     def transact(self, table: str, ops: Sequence[Op]) -> List[Optional[str]]:

@@ -146,9 +146,10 @@ def test_a_new_state_table_gets_one_head_whichever_instance_reads_first(azurite:
     assert [e["RowKey"] for e in first.query("State", "PartitionKey eq 'fleet'")] == ["head"]
 
 
-def test_a_lost_commit_leaves_the_cache_current_with_one_read(azurite: processes.Server) -> None:
-    """A commit that loses a race re-reads the head and the active rows in one query before it raises,
-    so the caller's next attempt is current (the callers only plan or decide again)."""
+def test_a_lost_commit_leaves_the_cache_current_with_two_reads(azurite: processes.Server) -> None:
+    """A commit that loses a race re-reads the head, then the rows its log says changed and the commit's own
+    (one query for up to 14), before it raises, so the caller's next attempt is current (the callers only
+    plan or decide again)."""
     from central.model.events import EventRecord
     from central.store.fleet_state import Changes, FleetState
 
@@ -163,7 +164,7 @@ def test_a_lost_commit_leaves_the_cache_current_with_one_read(azurite: processes
     with pytest.raises(Conflict) as lost:  # my head is stale: the commit loses
         mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)
     assert lost.value.what == ("head", "")
-    assert transport.requests - before == 2  # the refused transaction, then one read
+    assert transport.requests - before == 3  # the refused transaction, the head, E1 and E2's rows
     assert set(mine.active) == {"E1"} and mine.head_seq == other.head_seq == 1
     mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)  # current now
     assert mine.head_seq == 2

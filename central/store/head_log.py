@@ -1,0 +1,55 @@
+"""The head row's change log (issue 24): which events each of the last head commits changed.
+
+Every change a decision may read bumps the head row (central.store.fleet_state), so a cache that knows
+the head moved from seq a to seq b knew every row as of seq a, and only the events of commits a+1..b can
+differ. The head row keeps those events' ids for its last commits (bounded in size: a reader further
+behind reads every active row, as before), so catching up costs a read of the changed rows instead of
+every active one. Pure: the log is a list of [seq, "id id ..."], oldest first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+from .tables import get_json, put_json
+
+COLUMN = "Changed"
+LOG_CHARS = 12_000  # ~300 event ids: a few batches of every instance; one column (< 32K characters)
+
+Log = List[List[Any]]
+
+
+def read(head: Dict[str, Any]) -> Optional[Log]:
+    """The log a head entity carries (None: none, e.g. a head written before the log existed)."""
+    found = get_json(head, COLUMN)
+    return found if isinstance(found, list) else None
+
+
+def appended(log: Optional[Log], seq: int, event_ids: Iterable[str]) -> Log:
+    """`log` with commit `seq`'s events added, oldest commits dropped to stay within LOG_CHARS."""
+    out = [*(log or []), [seq, " ".join(sorted(event_ids))]]
+    size = sum(len(entry[1]) + 16 for entry in out)
+    while len(out) > 1 and size > LOG_CHARS:
+        size -= len(out[0][1]) + 16
+        out.pop(0)
+    return out
+
+
+def write(head: Dict[str, Any], log: Log) -> None:
+    put_json(head, COLUMN, log)
+
+
+def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]:
+    """The events changed by commits have+1..now, or None when the log does not reach back that far."""
+    if now == have:
+        return set()
+    if log is None or now < have:
+        return None
+    seqs = [int(entry[0]) for entry in log]
+    if not seqs or seqs[-1] != now or seqs[0] > have + 1 or seqs != list(range(seqs[0], now + 1)):
+        return None
+    out: Set[str] = set()
+    for seq, ids in log:
+        if int(seq) > have:
+            out.update(str(ids).split())
+    return out

@@ -1,0 +1,158 @@
+"""The head row's change log (issue 24): a cache that catches up by reading only the events the log names
+ends equal to one that reads every active row, after commits by other instances, lost races, bookkeeping
+and a log too short to reach back. On Azurite, with the real store code; and the log's arithmetic."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Dict, Tuple
+
+import pytest
+from azure.data.tables import TableServiceClient
+
+from central.model.events import EventRecord
+from central.model.vms import VmState
+from central.runtime.vm_facts import reading_fewer, reusable
+from central.store import head_log
+from central.store import state_rows as rows
+from central.store.fleet_state import Changes, FleetState
+from central.store.tables import Conflict, TableLog
+from sandbox import processes
+
+
+def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
+    log = None
+    for seq, ids in enumerate((["A"], ["B", "C"], ["A", "D"]), start=1):
+        log = head_log.appended(log, seq, ids)
+    assert head_log.changed_since(log, 3, 3) == set()
+    assert head_log.changed_since(log, 2, 3) == {"A", "D"}
+    assert head_log.changed_since(log, 0, 3) == {"A", "B", "C", "D"}
+    assert head_log.changed_since(log, 0, 4) is None  # a commit it does not hold
+    assert head_log.changed_since(None, 0, 1) is None  # a head written before the log
+    long = None
+    for seq in range(1, 200):
+        long = head_log.appended(long, seq, [f"E-{seq:04d}-{'x' * 100}"])
+    assert sum(len(ids) for _, ids in long) <= head_log.LOG_CHARS and long[-1][0] == 199
+    assert head_log.changed_since(long, 1, 199) is None  # the oldest commits were dropped
+    assert head_log.changed_since(long, 198, 199) == {f"E-0199-{'x' * 100}"}
+
+
+def cache(state: FleetState) -> Dict[str, Tuple[str, dict]]:
+    return {e: (etag, rows.event_entity(rec, True)) for e, (rec, etag) in state.active.items()}
+
+
+def scanned(log: TableLog) -> Dict[str, Tuple[str, dict]]:
+    fresh = FleetState(TableLog(log.service, log.prefix))
+    fresh.refresh()
+    return cache(fresh)
+
+
+@pytest.fixture
+def log(azurite: processes.Server) -> TableLog:
+    service = TableServiceClient.from_connection_string(azurite.extra["connection_string"])
+    made = TableLog(service, "g" + uuid.uuid4().hex[:10])
+    made.ensure_tables()
+    return made
+
+
+def test_catching_up_on_the_log_equals_a_full_scan(log: TableLog) -> None:
+    rng = random.Random(24)  # noqa: S311 - a reproducible mix of commits
+    writers = [FleetState(TableLog(log.service, log.prefix)) for _ in range(2)]
+    reader = FleetState(TableLog(log.service, log.prefix))
+    for state in (*writers, reader):
+        state.refresh()
+    now = datetime.now(timezone.utc)
+    made = 0
+    for step in range(40):
+        writer = writers[step % 2]
+        writer.catch_up()
+        changes = Changes()
+        for _ in range(rng.randint(1, 3)):  # new events, changed ones, ended ones
+            if writer.active and rng.random() < 0.6:
+                rec = writer.active[rng.choice(sorted(writer.active))][0]
+                rec.state = rng.choice(["approving", "approved", "waiting-budget"])
+                if rng.random() < 0.3:
+                    rec.end_stale(now)
+                changes.events[rec.event_id] = rec
+            else:
+                made += 1
+                changes.events[f"E{made}"] = EventRecord(event_id=f"E{made}", first_seen=now)
+        writer.commit(changes, now + timedelta(seconds=step))
+        if step % 3 == 0:
+            reader.catch_up()
+            assert cache(reader) == scanned(log)
+    assert reader.catch_ups["changed"] >= 10 and reader.catch_ups["all"] == 0
+    reader.catch_up()
+    assert cache(reader) == scanned(log)
+
+
+def test_a_lost_race_rereads_what_changed_and_its_own_rows(log: TableLog) -> None:
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    one.commit(Changes(events={e: EventRecord(event_id=e, first_seen=now) for e in ("E1", "E2", "E3")}), now)
+    two.refresh()
+    # bookkeeping on E1 (not in the head's log), then a head commit on E2
+    mine = one.active["E1"][0]
+    mine.pending_alerts = [{"key": "k"}]
+    one.commit(Changes(events={"E1": mine}), now, bookkeeping=True)
+    theirs = one.active["E2"][0]
+    theirs.state = "approving"
+    one.commit(Changes(events={"E2": theirs}), now)
+    stale = two.active["E1"][0]
+    stale.state = "approved"
+    with pytest.raises(Conflict):  # its head (and E1's row) are behind
+        two.commit(Changes(events={"E1": stale}), now)
+    assert two.catch_ups == {"changed": 1, "all": 0}
+    assert cache(two) == scanned(log)  # E2 from the log, E1 because the losing commit wrote it
+
+
+def test_bookkeeping_is_read_by_refresh_not_by_catch_up(log: TableLog) -> None:
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    one.commit(Changes(events={"E1": EventRecord(event_id="E1", first_seen=now)}), now)
+    two.refresh()
+    rec = one.active["E1"][0]
+    rec.pending_alerts = [{"key": "k"}]
+    one.commit(Changes(events={"E1": rec}), now, bookkeeping=True)
+    two.catch_up()
+    assert two.active["E1"][0].pending_alerts == []  # catch_up leaves it (its ETag fails a commit)
+    assert two.refresh() and cache(two) == scanned(log)  # refresh: the book moved, all re-read
+
+
+def test_a_reader_too_far_behind_reads_every_active_row(log: TableLog) -> None:
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    two.refresh()
+    for i in range(0, 400, 40):
+        one.commit(Changes(events={f"E-{j:04d}-{'x' * 40}": EventRecord(event_id=f"E-{j:04d}-{'x' * 40}",
+                                                                         first_seen=now)
+                                   for j in range(i, i + 40)}), now)
+    two.catch_up()
+    assert two.catch_ups == {"changed": 0, "all": 1} and cache(two) == scanned(log)
+
+
+def test_cached_vm_rows_are_reused_only_when_a_read_would_not_change_a_budget() -> None:
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+    live = VmState("v1", "vm-1", last_seen=now - timedelta(seconds=30))
+    silent = VmState("v2", "vm-2", last_seen=now - timedelta(seconds=400))
+    moved = VmState("v3", "vm-3", last_seen=now, name_bound=False)
+    liveness = timedelta(seconds=300)
+    assert reusable(live, now, liveness)
+    assert not reusable(silent, now, liveness)  # it may have spoken since: read it
+    assert not reusable(moved, now, liveness) and not reusable(None, now, liveness)
+    asked = []
+
+    def read(names):
+        asked.append(sorted(names))
+        return {n: VmState("fresh-" + n, n, last_seen=now) for n in names}
+
+    cached = {"vm-1": live, "vm-2": silent, "vm-4": live}
+    got = reading_fewer(read, cached, fresh={"vm-4"}, keep_out=set(), now=now, liveness=liveness)(
+        ["vm-1", "vm-2", "vm-4", "vm-5"])
+    assert asked == [["vm-2", "vm-4", "vm-5"]]  # the candidates' (vm-4), the silent and the unknown
+    assert got["vm-1"] is live and got["vm-4"].vm_id == "fresh-vm-4"
