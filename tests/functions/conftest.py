@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -55,6 +56,31 @@ class RunnerFiles:
         if not self.records.exists():
             return []
         return [json.loads(line) for line in self.records.read_text().splitlines() if line.strip()]
+
+
+HOLD_ALL = {"version": 1, "rules": [{"name": "manual", "action": "hold"}]}
+
+
+@contextmanager
+def central_backends(work: Path, group: str, prefix: str,
+                     policy: Optional[Dict[str, Any]] = None) -> Iterator[Dict[str, str]]:
+    """Azurite and an Event Hubs server for a central app, stopped on exit; yields the app settings
+    (consumer group `group`, tables `prefix`, `policy` or hold-everything, no webhook, a timer that
+    never fires in a test)."""
+    azurite = processes.start_azurite(log_dir=work)
+    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
+    storage = azurite.extra["connection_string"]
+    try:
+        yield {
+            "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
+            **processes.central_hub_settings(hub.port),
+            "EVENTHUB_NAME": "scheduled-events", "EVENTHUB_CONSUMER_GROUP": group, "TABLE_PREFIX": prefix,
+            "POLICY_JSON": json.dumps(policy or HOLD_ALL),
+            "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
+        }
+    finally:
+        hub.stop()
+        azurite.stop()
 
 
 def start_runner(files: RunnerFiles, app: str, port: Optional[int] = None) -> processes.Server:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Dict, Iterator, List
 
 import pytest
@@ -17,7 +18,7 @@ from sandbox.functions.issuer import LocalIssuer
 from tests import signing
 from tests.central.factory import Vm, body, event
 
-from .conftest import RunnerFiles, start_runner
+from .conftest import RunnerFiles, central_backends, start_runner
 
 KEY = "fleet-function-key"
 TOKENS: Dict[str, str] = {}
@@ -29,18 +30,13 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     # taken here, not at import: on a loaded machine a file can run minutes after its collection, and
     # the live VM must still be within LEADER_LIVENESS_SECONDS (300 s) when the tests ask
     now = datetime.now(timezone.utc)
-    azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
-    storage = azurite.extra["connection_string"]
-    values = {
-        "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
-        **processes.central_hub_settings(hub.port),
-        "EVENTHUB_NAME": "scheduled-events", "EVENTHUB_CONSUMER_GROUP": "fleet", "TABLE_PREFIX": "fleet",
-        "POLICY_JSON": json.dumps({"version": 1,
-                                   "budgets": {"sets": {"groupBy": "scaleSet", "maxImpacted": 1}},
-                                   "rules": [{"name": "manual", "action": "hold"}]}),
-        "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
-    }
+    policy = {"version": 1, "budgets": {"sets": {"groupBy": "scaleSet", "maxImpacted": 1}},
+              "rules": [{"name": "manual", "action": "hold"}]}
+    with central_backends(work, "fleet", "fleet", policy) as values:
+        yield from _servers(work, values, now)
+
+
+def _servers(work: Path, values: Dict[str, str], now: datetime) -> Iterator[List[str]]:
     svc = signing.central(values)
     live, silent = Vm("web_0", scale_set="web"), Vm("web_1", scale_set="web")
     an_hour_ago = now - timedelta(hours=1)
@@ -61,8 +57,6 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[List[str]]:
     finally:
         for server in servers:
             server.stop()
-        hub.stop()
-        azurite.stop()
 
 
 def status(url: str, *extra: str) -> tuple:

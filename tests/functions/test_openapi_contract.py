@@ -5,11 +5,10 @@ and the spec's paths are exactly the app's HTTP routes."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 import pytest
 import requests
@@ -23,7 +22,7 @@ from sandbox.functions.loader import load_functions
 from tests import signing
 from tests.central.factory import Vm, body, event
 
-from .conftest import RunnerFiles, start_runner
+from .conftest import RunnerFiles, central_backends, start_runner
 
 REPO = processes.REPO
 SPEC = REPO / "docs" / "openapi.yaml"
@@ -38,21 +37,11 @@ HEADERS = {"x-functions-key": KEY}
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("contract")
-    azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
-    storage = azurite.extra["connection_string"]
-    values = {
-        "AzureWebJobsStorage": storage,
-        "ApprovalStorage": storage,
-        **processes.central_hub_settings(hub.port),
-        "EVENTHUB_NAME": "scheduled-events",
-        "EVENTHUB_CONSUMER_GROUP": "contract",
-        "TABLE_PREFIX": PREFIX,
-        "POLICY_JSON": json.dumps({"version": 1, "rules": [{"name": "manual", "action": "hold"}]}),
-        "ALERT_WEBHOOK_URL": "",
-        "ALERT_WEBHOOK_FORMAT": "generic",
-        "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
-    }
+    with central_backends(work, "contract", PREFIX) as values:
+        yield from _api(work, values)
+
+
+def _api(work: Path, values: Dict[str, str]) -> Iterator[str]:
     seed(signing.central(values))
     files = RunnerFiles(work / "central")
     issuer = LocalIssuer(work / "issuer").init()
@@ -63,8 +52,6 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://{processes.LOOPBACK}:{runner.port}/api"
     finally:
         runner.stop()
-        hub.stop()
-        azurite.stop()
 
 
 def seed(svc: CentralService) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
@@ -19,7 +20,7 @@ from sandbox.functions.issuer import LocalIssuer
 from tests.central.factory import Vm, body, event
 from tests.signing import SIGNER
 
-from .conftest import RunnerFiles, start_runner
+from .conftest import RunnerFiles, central_backends, start_runner
 
 KEY = "reverify-function-key"
 TOKENS: Dict[str, str] = {}
@@ -29,16 +30,11 @@ TOKENS: Dict[str, str] = {}
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("reverify")
     now = datetime.now(timezone.utc)
-    azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs(("scheduled-events=2", f"{processes.PLATFORM_HUB}=1"), log_dir=work)
-    storage = azurite.extra["connection_string"]
-    values = {
-        "AzureWebJobsStorage": storage, "ApprovalStorage": storage,
-        **processes.central_hub_settings(hub.port),
-        "EVENTHUB_NAME": "scheduled-events", "EVENTHUB_CONSUMER_GROUP": "reverify", "TABLE_PREFIX": "rv",
-        "POLICY_JSON": json.dumps({"version": 1, "rules": [{"name": "manual", "action": "hold"}]}),
-        "ALERT_WEBHOOK_URL": "", "ALERT_WEBHOOK_FORMAT": "generic", "REEVALUATE_SCHEDULE": "0 0 0 1 1 *",
-    }
+    with central_backends(work, "reverify", "rv") as values:
+        yield from _repaired(work, values, now)
+
+
+def _repaired(work: Path, values: Dict[str, str], now: datetime) -> Iterator[str]:
     broken = CentralService.from_settings(values)  # the defaults: the sandbox CA is unknown
     vm = Vm("web_0")
     bodies = [body(vm.incarnation_env([event("3F2A9C4E-0000-4000-8000-00000000000A", ["web_0"],
@@ -57,8 +53,6 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://{processes.LOOPBACK}:{server.port}"
     finally:
         server.stop()
-        hub.stop()
-        azurite.stop()
 
 
 def cli(*argv: str) -> tuple:
