@@ -48,7 +48,7 @@ from bench.azure_prices import (
 )
 from bench.fleet_units import PARTITIONS, Run, measure
 from bench.table_model import MEDIAN_S, SIGMA
-from central.runtime.settings import HEARTBEAT_MISSING_MINUTES, heartbeat_marker_seconds
+from central.intake.plan import HEARTBEAT_LOG_EVERY
 from central.telemetry.metrics import HEARTBEATS_PER_LINE
 from forwarder.config import BY_KEY
 from sandbox import processes
@@ -56,8 +56,6 @@ from sandbox import processes
 REPO = Path(__file__).resolve().parent.parent
 LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4, "critical": 5, "none": 6}
 PY_LEVELS = {"DEBUG": 1, "INFO": 2, "WARNING": 3, "ERROR": 4, "CRITICAL": 5}
-# one se.heartbeat per VM per 450 s: half the heartbeats-missing alert's window (central.runtime.settings)
-HEARTBEAT_LOG_EVERY = heartbeat_marker_seconds(HEARTBEAT_MISSING_MINUTES)
 IDLE_CLOSE = float(BY_KEY["eventhub_idle_close"].default)  # the forwarder's default, seconds
 CONNECTIONS_PER_NAMESPACE = 5000  # Event Hubs Standard: brokered connections per namespace
 AGGREGATOR_ROWS = 7  # Host.Aggregator: Count, Successes, Failures, SuccessRate, Min/Max/AvgDuration per flush

@@ -33,9 +33,17 @@ from central.telemetry import metrics
 from .alerts import owe_status_alert
 
 log = logging.getLogger("central.ingest")  # one logger for ingest's lines (tests and the alerts read it)
-# Seconds between two `se.heartbeat` log markers of one VM (see _heartbeat), at the default alert window
-# (central.runtime.settings.heartbeat_marker_seconds: half of HEARTBEAT_MISSING_MINUTES, 15)
-HEARTBEAT_LOG_EVERY = 450.0
+HEARTBEAT_MISSING_MINUTES = 15.0  # infra/main.bicep heartbeatMissingMinutes's default (the app setting's)
+
+
+def heartbeat_log_every(missing_minutes: float) -> float:
+    """Seconds between two `se.heartbeat` markers of one VM (see _heartbeat): twice per window of the
+    heartbeats-missing alert (no marker for HEARTBEAT_MISSING_MINUTES), so it never fires for a VM that
+    beats (every 60 s by default: a marker is at most one heartbeat later than due)."""
+    return missing_minutes * 60.0 / 2
+
+
+HEARTBEAT_LOG_EVERY = heartbeat_log_every(HEARTBEAT_MISSING_MINUTES)  # 450 s
 UNBOUND = VmState("", "", name_bound=False)
 
 

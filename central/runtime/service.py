@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import requests
 
+from central.intake.plan import heartbeat_log_every
 from central.intake.sender import SenderAuth
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
@@ -41,7 +42,6 @@ from .platform_ingest import PlatformIngest, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .reverify import Reverifier
 from .settings import CentralSettings, CountingTransport, SettingsError, arm_credential, storage_clients
-from .settings import heartbeat_marker_seconds as marker_seconds
 from .webhook import WebhookAlerter
 
 log = logging.getLogger("central.service")  # stable: docs and queries select on it
@@ -88,7 +88,7 @@ class CentralService:
                                  witness_scopes(settings.confirm_scopes), _seconds(settings.confirm_grace)),
         )
         self.state = FleetState(store)
-        self.ingest = Ingest(self.state, store, marker_seconds(settings.heartbeat_missing_minutes))
+        self.ingest = Ingest(self.state, store, heartbeat_log_every(settings.heartbeat_missing_minutes))
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)
         self.evaluator.shadow = shadow

@@ -16,9 +16,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from azure.core.pipeline.transport import RequestsTransport
 
-from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
+from central.intake.plan import HEARTBEAT_MISSING_MINUTES
 
-HEARTBEAT_MISSING_MINUTES = 15.0  # infra/main.bicep heartbeatMissingMinutes's default
+from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
 
 STORAGE_PREFIX = "ApprovalStorage"
 
@@ -121,13 +121,6 @@ def _heartbeat_missing_minutes(settings: Mapping[str, str]) -> float:
         raise SettingsError(f"HEARTBEAT_MISSING_MINUTES must be 5 to 1440 (the heartbeats-missing alert's "
                             f"minutes, infra's heartbeatMissingMinutes), got {minutes:g}")
     return minutes
-
-
-def heartbeat_marker_seconds(missing_minutes: float) -> float:
-    """How often central names a VM in a `se.heartbeat` line: twice per alert window, so the alert
-    (no marker for HEARTBEAT_MISSING_MINUTES) never fires for a VM that beats (every 60 s by default:
-    a marker is at most one heartbeat later than due). 450 s at the default 15 minutes."""
-    return missing_minutes * 60.0 / 2
 
 
 def _arm_endpoint(settings: Mapping[str, str]) -> str:
