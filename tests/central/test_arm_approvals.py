@@ -26,7 +26,7 @@ from sandbox.imds.identity import DEFAULT_RESOURCE_GROUP as RG
 from sandbox.imds.identity import DEFAULT_SUBSCRIPTION as SUB
 
 from .conftest import Env, Hook
-from .factory import T0, Vm, body, event, rfc1123
+from .factory import T0, Vm, at_once, body, event, rfc1123
 
 S = timedelta(seconds=1)
 UNI = json.dumps({"name": "uni_0", "vmScaleSetName": "uni"})
@@ -269,22 +269,8 @@ def test_two_instances_racing_make_one_arm_call(arm_env: Env, hook: Hook, sim: I
     first, second = arm_env.service(), arm_env.service()
     message = grid(event_id, ["lone_1"])
     first.state.ensure_loaded(), second.state.ensure_loaded()  # both read the State table before the event
-    gate = threading.Barrier(2)
-    errors: List[BaseException] = []
-
-    def deliver(svc: CentralService) -> None:
-        try:
-            gate.wait(timeout=10)
-            svc.handle_platform_batch([message], now=T0)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=deliver, args=(s,)) for s in (first, second)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    at_once(lambda: first.handle_platform_batch([message], now=T0),
+            lambda: second.handle_platform_batch([message], now=T0))
     assert arm_calls(sim, event_id) == 1
     rec = row(arm_env, event_id)
     assert [a["result"] for a in get_json(rec, "Approvals", [])] == ["approved"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections import Counter
 from datetime import timedelta
 from typing import Any, Dict, List
@@ -23,7 +22,7 @@ from central.model.envelope import BadEnvelope, Envelope
 from central.runtime.service import CentralService
 from central.store import held as kept
 from tests.central.conftest import Env, Hook
-from tests.central.factory import T0, Vm, body, event
+from tests.central.factory import T0, Vm, at_once, body, event
 from tests.signing import SIGNER
 
 
@@ -102,23 +101,9 @@ def test_two_instances_reverifying_at_once_apply_each_kept_envelope_at_most_once
         env: Env, hook: Hook, caplog: pytest.LogCaptureFixture) -> None:
     _outage(env)
     a, b = _repaired(env), _repaired(env)
-    start = threading.Barrier(2)
-    errors: List[BaseException] = []
-
-    def run(svc: CentralService) -> None:
-        try:
-            start.wait(timeout=10)
-            svc.reverify(now=T0 + timedelta(minutes=6))
-        except BaseException as exc:
-            errors.append(exc)
-
     caplog.set_level(logging.INFO, logger="central.reverify")
-    threads = [threading.Thread(target=run, args=(s,)) for s in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    later = T0 + timedelta(minutes=6)
+    at_once(lambda: a.reverify(now=later), lambda: b.reverify(now=later))
     applied = Counter(m.group(1) for r in caplog.records
                       for m in [re.search(r"kept envelope (\S+) received", r.getMessage())] if m)
     assert len(applied) == 6 and set(applied.values()) == {1}, applied
