@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from central.model.vms import VmState
 
@@ -113,6 +113,15 @@ def budget_block(
             if len(busy) + len(members) > limit:
                 return BudgetBlock(budget.name, group, len(busy), len(members), limit, len(everyone[group]))
     return None
+
+
+def sharing_a_group(budgets: Sequence[Budget], freed: Sequence[VmState],
+                    waiting: Sequence[Tuple[str, Sequence[VmState]]]) -> List[str]:
+    """The ids of `waiting` events (in the order given) with a VM in a group of any budget that one of
+    the `freed` VMs is in: the events a freed slot may let go."""
+    groups = {g for b in budgets for vm in freed for g in (b.group_of(vm),) if g}
+    return [event_id for event_id, vms in waiting
+            if any(b.group_of(vm) in groups for b in budgets for vm in vms)]
 
 
 def limits_for(budgets: Sequence[Budget], event_vms: Sequence[VmState],

@@ -27,6 +27,7 @@ from .leader import elect, fresh, timeout_cause
 from .verdict import NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
 from .witness import WitnessRules, counted
 
+WAITING_BUDGET = "waiting-budget"  # the state of an event a disruption budget holds back
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
 # A VM named in an event's Resources counts against its groups' budgets once it reported the event
 # itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
@@ -220,7 +221,7 @@ def _by_policy(
     wait = budget_wait(event, policy.budgets_of(rule), vms, fleet, now)
     if wait:
         return Verdict(
-            "record", rule.action, "waiting-budget", rule.name, wait, rule.severity, by, timed_out=timed_out
+            "record", rule.action, WAITING_BUDGET, rule.name, wait, rule.severity, by, timed_out=timed_out
         )
     action = "failover" if failover else rule.action
     return approval(

@@ -33,12 +33,12 @@ from central.policy.decide import (
 from central.policy.document import Policy
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
-from central.store.tables import Conflict, StoreError, TableLog
+from central.store.tables import MAX_OPS, Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
-from .inline import all_vms_over, candidates, vms_by_name_over
+from .inline import all_vms_over, candidates, freed_waiters, vms_by_name_over
 from .results import BatchResult, Decision
 from .vm_facts import reading_fewer
 
@@ -95,6 +95,7 @@ class Pass:
     sends: List[ToSend] = field(default_factory=list)
     owed: Set[str] = field(default_factory=set)
     decided: Set[str] = field(default_factory=set)  # every event the pass looked at
+    later: Set[str] = field(default_factory=set)  # events it had no room for (decided after the commit)
 
 
 class Evaluator:
@@ -164,12 +165,17 @@ class Evaluator:
         """Decide the events an uncommitted plan touched, on its working copies (central.runtime.inline):
         the decided copies replace the plan's, so one transaction commits both. None: nothing to decide."""
         found = candidates(changes, touched)
+        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now)
+        room = max(0, (MAX_OPS - changes.op_count()) // 2)  # an event row may take two operations
+        later = {rec.event_id for rec in waiting[room:]}  # no room in this transaction: decided after it
+        found = sorted(found + waiting[:room], key=lambda r: (r.first_seen, r.event_id))
         if not found:
-            return None
+            return Pass(later=later) if later else None
         done = self.decide_pass(found, self.view(now, found, changes), now)
         for rec, _ in done.changed:
             changes.events[rec.event_id] = rec
         done.decided = {rec.event_id for rec in found}
+        done.later = later
         return done
 
     def decide_pass(self, candidates: List[EventRecord], fleet: FleetView, now: datetime) -> Pass:
@@ -239,7 +245,9 @@ def apply(
         out.result, out.result_at = "timeout", now
         if verdict.timeout_cause:
             _owe_timeout_alert(rec, out, verdict.timeout_cause, now, owed)
-    if not is_new(rec, verdict):
+    # an operator's decision is always applied and recorded, even one repeating the last decision word for
+    # word (a hold after an approve lifted an earlier one: skipping it would leave the event unheld)
+    if not is_new(rec, verdict) and not verdict.decided_by.startswith(HAND_DECIDERS):
         return None
     message_id = None
     if verdict.kind == "send" and verdict.send is not None:

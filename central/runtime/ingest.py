@@ -199,7 +199,7 @@ class Ingest:
             if done is None:
                 return plan.touched
             self.sends += decider.committed(done, now, result)  # type: ignore[union-attr]
-            return plan.touched - done.decided
+            return (plan.touched - done.decided) | done.later
         raise StoreError(f"{what}: still losing races after {MAX_TRIES} re-reads (contention)")
 
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:

@@ -83,6 +83,25 @@ def test_hold_then_release_lets_the_policy_decide_again(env: Env, hook: Hook) ->
     assert actions == ["approve-in-window", "operator-hold", "operator-release", "approve-in-window"]
 
 
+def test_a_hold_repeating_the_last_decision_still_binds(env: Env, hook: Hook) -> None:
+    """hold, approve (an approval is outstanding: it only lifts the hold), hold again with the same reason:
+    the second hold repeats the event's last decision word for word, and must bind all the same (found by
+    tests/central_multi/test_interleavings.py: the policy failed over to a second approval after it)."""
+    svc, vm = scheduled(env, APPROVE)
+    assert len(env.messages(vm.vm_id)) == 1  # attempt 1 outstanding
+    svc.decide(EVENT_ID, "hold", "dan", "freeze", now=T0 + timedelta(seconds=1))
+    lifted = svc.decide(EVENT_ID, "approve", "dan", "go", now=T0 + timedelta(seconds=2))
+    assert not lifted["operatorHold"]
+    again = svc.decide(EVENT_ID, "hold", "dan", "freeze", now=T0 + timedelta(seconds=3))
+    assert again["operatorHold"] and again["decision"]["action"] == "operator-hold"
+    later = T0 + timedelta(minutes=10)  # attempt 1 expired unanswered: failover, were it not held
+    svc.handle_batch([body(vm.heartbeat(at=later))], now=later)
+    svc.reevaluate(now=later)
+    assert len(env.messages(vm.vm_id)) == 1
+    holds = [d for d in svc.event(EVENT_ID, now=later)["decisions"] if d["action"] == "operator-hold"]
+    assert len(holds) == 2  # every operator decision is recorded, a repeated one too
+
+
 def test_every_operator_decision_is_logged_and_alerted(
     env: Env, hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:

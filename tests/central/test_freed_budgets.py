@@ -1,0 +1,84 @@
+"""A freed budget slot goes to the next waiting event in the call that freed it (issue 24): the ingest
+commit that ends an event (or records a refused approval) decides, in the same transaction, the events a
+disruption budget held back in the same group, first seen first. On Azurite, with the real store code;
+no timer runs in these tests."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from central.model.vms import VmState
+from central.policy.budgets import Budget, sharing_a_group
+
+from .conftest import Env, Hook
+from .factory import T0, Vm, body, event
+
+ONE_PER_SET = json.dumps({"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
+                          "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]},
+                                     "action": "approve"}]})
+
+
+def states(svc) -> dict:  # type: ignore[no-untyped-def]
+    return {event_id: rec.state for event_id, (rec, _) in svc.state.active.items()}
+
+
+def head_seq(env: Env) -> int:
+    client = env.tables.get_table_client(env.prefix + "State")
+    return int(client.get_entity("fleet", "head")["Seq"])
+
+
+def test_the_call_that_ends_an_event_approves_the_next_one_waiting_in_its_group(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, b, c, d = Vm("web-a", scale_set="web"), Vm("web-b", scale_set="web"), Vm("web-c", scale_set="web"), \
+        Vm("db-d", scale_set="db")
+    first = svc.handle_batch([body(v.heartbeat()) for v in (a, b, d)]
+                             + [body(a.incarnation_env([event("E-a", ["web-a"])])),
+                                body(b.incarnation_env([event("E-b", ["web-b"])])),
+                                body(d.incarnation_env([event("E-d", ["db-d"])]))], now=T0)
+    assert first.approvals_sent == 2
+    later = T0 + timedelta(seconds=5)
+    svc.handle_batch([body(c.heartbeat(later)), body(c.incarnation_env([event("E-c", ["web-c"])], later))],
+                     now=later)
+    assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget", "E-c": "waiting-budget",
+                           "E-d": "approving"}
+    seq = head_seq(env)
+
+    gone = T0 + timedelta(seconds=30)
+    ended = svc.handle_batch([body(a.incarnation_env([], gone))], now=gone)
+
+    # E-b (first seen first) got the slot in this call, E-c still waits, and it took one head commit
+    assert [(d.event_id, d.action) for d in ended.decisions] == [("E-b", "approve")]
+    assert ended.approvals_sent == 1 and len(env.messages(b.vm_id)) == 1 and not env.messages(c.vm_id)
+    assert states(svc) == {"E-b": "approving", "E-c": "waiting-budget", "E-d": "approving"}
+    assert head_seq(env) == seq + 1 and ended.conflicts == 0
+    # a second instance sees the same state from the store
+    other = env.service(POLICY_JSON=ONE_PER_SET)
+    other.state.refresh()
+    assert states(other) == states(svc)
+
+
+def test_an_event_ending_in_another_group_lets_no_one_go(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, b, d = Vm("web-a", scale_set="web"), Vm("web-b", scale_set="web"), Vm("db-d", scale_set="db")
+    svc.handle_batch([body(v.heartbeat()) for v in (a, b, d)]
+                     + [body(a.incarnation_env([event("E-a", ["web-a"])])),
+                        body(b.incarnation_env([event("E-b", ["web-b"])])),
+                        body(d.incarnation_env([event("E-d", ["db-d"])]))], now=T0)
+    gone = T0 + timedelta(seconds=30)
+    ended = svc.handle_batch([body(d.incarnation_env([], gone))], now=gone)
+    assert ended.decisions == [] and not env.messages(b.vm_id)
+    assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget"}
+
+
+def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
+    per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
+    web1 = VmState("1", "web-1", scale_set="web", zone="1")
+    web2, db2 = VmState("2", "web-2", scale_set="web", zone="2"), VmState("3", "db-3", scale_set="db", zone="2")
+    lone = VmState("4", "lone")
+    waiting = [("E-db", [db2]), ("E-web", [web2]), ("E-lone", [lone])]
+    assert sharing_a_group([per_set], [web1], waiting) == ["E-web"]
+    assert sharing_a_group([per_zone], [web1], waiting) == []
+    assert sharing_a_group([per_set, per_zone], [VmState("5", "x", scale_set="web", zone="2")],
+                           waiting) == ["E-db", "E-web"]
+    assert sharing_a_group([], [web1], waiting) == [] and sharing_a_group([per_set], [lone], waiting) == []
