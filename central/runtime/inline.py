@@ -57,9 +57,11 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
 
     freed_vms = [vm for rec in freed for vm in rows(rec)]
     waiting = sorted((rec for rec, _ in state.active.values()
-                      if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events),
+                      if rec.state == WAITING_BUDGET and not rec.ended
+                      and rec.event_id not in changes.events),
                      key=lambda r: (r.first_seen, r.event_id))
-    chosen = set(sharing_a_group(budgets, freed_vms, [(r.event_id, rows(r)) for r in waiting])[:len(freed_vms)])
+    sharing = sharing_a_group(budgets, freed_vms, [(r.event_id, rows(r)) for r in waiting])
+    chosen = set(sharing[:len(freed_vms)])
     return [rec for rec in waiting if rec.event_id in chosen]
 
 

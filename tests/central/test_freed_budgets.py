@@ -74,7 +74,8 @@ def test_an_event_ending_in_another_group_lets_no_one_go(env: Env, hook: Hook) -
 def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
     per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
     web1 = VmState("1", "web-1", scale_set="web", zone="1")
-    web2, db2 = VmState("2", "web-2", scale_set="web", zone="2"), VmState("3", "db-3", scale_set="db", zone="2")
+    web2 = VmState("2", "web-2", scale_set="web", zone="2")
+    db2 = VmState("3", "db-3", scale_set="db", zone="2")
     lone = VmState("4", "lone")
     waiting = [("E-db", [db2]), ("E-web", [web2]), ("E-lone", [lone])]
     assert sharing_a_group([per_set], [web1], waiting) == ["E-web"]
