@@ -19,8 +19,11 @@ instance 0.
 The fleet: `--vms` VMs in scale sets of 500; `--events` of them get a Reboot over `--minutes`
 (uniform first reports); a budget per scale set (`maxImpacted`). Each VM acts as the forwarder would:
 reads its approval within 2 s, posts it, reports the result (+0.7 s publish), Started 5 s later and
-the event gone 180 s after that. Not played: heartbeats (they never touch the head row;
-bench.fleet_cost prices them), so the 90 % of the fleet without an event sends nothing here.
+the event gone 180 s after that. A VM with an event open heartbeats every 60 s (the forwarder's default)
+from its first report until the event is gone: its liveness is what lets central elect it leader. An event
+still unapproved at its NotBefore (first report + 15 min) is started by Azure: Started then, gone 180 s
+later. Not played: the heartbeats of the 90 % of the fleet without an event (they never touch the head
+row or an event; bench.fleet_cost prices them).
 
 Measured: first report -> first decision (any verdict) and -> approval, p50 / p99; approvals per
 event (goal: never 2); the most VMs of a scale set approved-and-not-ended at once against the budget
@@ -47,7 +50,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from bench import Figure, percentile, record, table_memory_net
 from bench.central_throughput import FakeVm
@@ -60,6 +63,10 @@ REPEATS_INSIDE = True  # `python -m bench` runs it once (bounded: 150 s + 3 x 50
 PARTITIONS = 4  # each owned by one instance (partition p: instance p % --instances)
 SCALE_SET_SIZE = 500
 TIMER_EVERY = 60.0
+HEARTBEAT_EVERY = 60.0  # the forwarder's default
+NOT_BEFORE_AFTER = 15 * 60.0  # bench.fleet_units.event_doc: NotBefore = first report + 15 min
+REBOOT_SECONDS = 180.0  # Started -> the event gone
+HEARTBEAT, AZURE_STARTS = "heartbeat", "azure-starts"  # entries rendered when due (or dropped)
 APPROVALS = ("approve", "approve-after-hook", "approve-in-window")
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
@@ -99,6 +106,8 @@ class Outcome:
     ended: Dict[str, float] = field(default_factory=dict)  # when the VM reported the event gone (its end)
     processed: Dict[str, float] = field(default_factory=dict)  # when the call that took that report ended
     scale_set: Dict[str, str] = field(default_factory=dict)
+    started: Set[str] = field(default_factory=set)  # events whose start is played (approved, or by Azure)
+    ended_at_source: Set[str] = field(default_factory=set)  # events whose gone report was delivered
     calls: int = 0
     envelopes: int = 0  # envelopes delivered to ingest (the per-1,000-envelopes base of item 4's ratio)
     invocation_cpu: float = 0.0  # thread CPU inside central's calls (what the instances' work costs)
@@ -135,14 +144,39 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     rng = random.Random(24)
     vms = [SimVm(i) for i in range(args.vms)]
     out = Outcome()
-    arrivals: List[List[Tuple[float, int, bytes, str]]] = [[] for _ in range(PARTITIONS)]  # heaps
+    arrivals: List[List[Tuple[float, int, Optional[bytes], str]]] = [[] for _ in range(PARTITIONS)]  # heaps
     seq = [0]
     last: Dict[str, dict] = {}
     owner: Dict[str, SimVm] = {}
 
-    def arrive(vm: SimVm, at: float, body: bytes, kind: str = "") -> None:
+    def arrive(vm: SimVm, at: float, body: Optional[bytes], kind: str = "") -> None:
         seq[0] += 1
         heapq.heappush(arrivals[vm.partition], (at, seq[0], body, kind))
+
+    def starts(vm: SimVm, event_id: str, started: float) -> None:
+        """The event starts at `started` (after the VM's approval, or Azure's at NotBefore): Started,
+        then gone (the end of its impact)."""
+        out.started.add(event_id)
+        arrive(vm, started, wave_incarnation(vm, event_id, "Started", T0 + timedelta(seconds=started), last))
+        gone = started + REBOOT_SECONDS
+        arrive(vm, gone, wave_incarnation(vm, event_id, "", T0 + timedelta(seconds=gone), last), kind=event_id)
+
+    def due(entry: Tuple[float, int, Optional[bytes], str]) -> Optional[bytes]:
+        """A lazy entry's body now (None: dropped): a heartbeat while the event is open (and the next
+        one queued), Azure's start at NotBefore unless the VM started it already."""
+        at, _, body, kind = entry
+        if body is not None:
+            return body
+        what, event_id = kind.split(":", 1)
+        vm = owner[event_id]
+        if event_id in out.ended_at_source:
+            return None
+        if what == HEARTBEAT:
+            arrive(vm, at + HEARTBEAT_EVERY, None, kind)
+            return vm.heartbeat(T0 + timedelta(seconds=at))
+        if event_id not in out.started:  # AZURE_STARTS: nobody approved it in time
+            starts(vm, event_id, at)
+        return None
 
     span = args.minutes * 60.0
     for vm in rng.sample(vms, args.events):
@@ -150,6 +184,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         event_id = f"E-{vm.vm_id[:8]}".upper()
         owner[event_id], out.scale_set[event_id], out.first_report[event_id] = vm, vm.scale_set, at
         arrive(vm, at, wave_incarnation(vm, event_id, "Scheduled", T0 + timedelta(seconds=at), last))
+        arrive(vm, at + rng.uniform(0.0, HEARTBEAT_EVERY), None, f"{HEARTBEAT}:{event_id}")
+        arrive(vm, at + NOT_BEFORE_AFTER, None, f"{AZURE_STARTS}:{event_id}")
     free = [0.0] * instances  # when each instance is done with its current call (one call at a time)
     clock: List[Tuple[float, int, str, int]] = [(0.0, p, "wake", p) for p in range(PARTITIONS)]
     clock.append((TIMER_EVERY, 99, "timer", 0))
@@ -160,11 +196,13 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         svc, transport = services[i]
         transport.now, transport.io = t, 0.0
         cpu, real, requests = time.thread_time(), time.monotonic(), transport.requests
+        answering = storage.cpu if storage is not None else 0.0
         decisions = fn(svc)
         if args.verbose:
             print(f"  call {out.calls} instance {i} at {t:.1f}: {time.monotonic() - real:.2f} s real, "
                   f"{transport.requests - requests} requests, {len(decisions)} decisions", flush=True)
-        used = time.thread_time() - cpu
+        # the in-memory stand-in answers on this thread: its CPU is the service's (charged by the model)
+        used = time.thread_time() - cpu - ((storage.cpu - answering) if storage is not None else 0.0)
         duration = used + transport.io
         free[i] = t + duration
         out.calls += 1
@@ -178,14 +216,11 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
                 out.approved.setdefault(d.event_id, []).append(free[i])
                 vm = owner[d.event_id]
                 read = free[i] + rng.uniform(0.0, 2.0)  # the VM's fast queue reads, every 2 s
+                if d.event_id in out.started:  # (never: approved twice, or after Azure started it)
+                    continue
                 result = vm.result(d.event_id, d.message_id or "", T0 + timedelta(seconds=read))
                 arrive(vm, read + 0.7, result)
-                started = read + 5.0
-                at = T0 + timedelta(seconds=started)
-                arrive(vm, started, wave_incarnation(vm, d.event_id, "Started", at, last))
-                gone = started + 180.0
-                arrive(vm, gone, wave_incarnation(vm, d.event_id, "", T0 + timedelta(seconds=gone), last),
-                       kind=d.event_id)
+                starts(vm, d.event_id, read + 5.0)
         return duration
 
     deadline = time.monotonic() + args.max_real_seconds
@@ -217,13 +252,20 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         if len(ready) < BATCH_MIN and ready[0][0] + MAX_WAIT > t:  # (the same sum as the wake's)
             heapq.heappush(clock, (ready[0][0] + MAX_WAIT, p, "wake", p))
             continue
-        batch = [heapq.heappop(queue) for _ in range(min(BATCH_MAX, len(ready)))]
+        popped = [heapq.heappop(queue) for _ in range(min(BATCH_MAX, len(ready)))]
+        batch = [(a, body) for a in popped for body in (due(a),) if body is not None]
+        for a in popped:
+            if a[3] and ":" not in a[3]:  # the event's gone report: its VM stops heartbeating
+                out.ended_at_source.add(a[3])
+        if not batch:  # only dropped entries: look again
+            heapq.heappush(clock, (t, p, "wake", p))
+            continue
         out.envelopes += len(batch)
-        stamps = [T0 + timedelta(seconds=a[0]) for a in batch]
-        bodies, now = [a[2] for a in batch], T0 + timedelta(seconds=t)
+        stamps = [T0 + timedelta(seconds=a[0]) for a, _ in batch]
+        bodies, now = [body for _, body in batch], T0 + timedelta(seconds=t)
         call(i, t, lambda s, b=bodies, n=now, e=stamps: s.handle_batch(b, now=n, enqueued_times=e).decisions)
-        for a in batch:
-            if a[3]:
+        for a, _ in batch:
+            if a[3] and ":" not in a[3]:
                 out.ended[a[3]], out.processed[a[3]] = a[0], free[i]
         heapq.heappush(clock, (free[i], p, "wake", p))
     out.cpu = time.process_time() - cpu_started
