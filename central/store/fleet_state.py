@@ -347,7 +347,12 @@ class FleetState(VmReads):
             if kind == "head":
                 self.head_etag, self.head_seq = etag, seq
             elif kind == "vm":
-                self.vms[key] = (changes.vms[key], etag)
+                vm = changes.vms[key]
+                self.vms[key] = (vm, etag)
+                if vm.name_bound:  # the row as committed: as current as a read (vms_by_name's cache)
+                    self.named[vm.name] = vm
+                elif self.named.get(vm.name) is not None and self.named[vm.name].vm_id == key:
+                    del self.named[vm.name]
             elif kind == "alert":
                 self.alert_etags[key] = etag
             elif kind == "name":

@@ -83,3 +83,25 @@ def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
     assert sharing_a_group([per_set, per_zone], [VmState("5", "x", scale_set="web", zone="2")],
                            waiting) == ["E-db", "E-web"]
     assert sharing_a_group([], [web1], waiting) == [] and sharing_a_group([per_set], [lone], waiting) == []
+
+
+def test_the_timer_reads_no_vm_rows_for_events_whose_verdict_stays(env: Env, hook: Hook) -> None:
+    """The timer's pass screens every active event on this instance's cached VM rows (live ones: a fresh
+    read would say the same) and reads fresh rows only for the events whose verdict changes."""
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    vms = [Vm(f"web-{i}", scale_set="web") for i in range(30)]
+    svc.handle_batch([body(v.heartbeat()) for v in vms]
+                     + [body(v.incarnation_env([event(f"E-{i:02d}", [v.name])])) for i, v in enumerate(vms)],
+                     now=T0)
+    assert sorted(states(svc).values()).count("waiting-budget") == 29
+    read_names: list = []
+    real = svc.state.vms_by_name
+    svc.state.vms_by_name = lambda names: read_names.extend(names) or real(names)  # type: ignore[method-assign]
+    assert svc.reevaluate(now=T0 + timedelta(seconds=60)) == []
+    assert read_names == []  # before: all 30 VMs' rows, every minute
+    # the approval runs out unanswered: the timer fails over on fresh rows, and the budget holds the rest
+    later = T0 + timedelta(minutes=3)
+    svc.handle_batch([body(v.heartbeat(later)) for v in vms], now=later)
+    decided = svc.reevaluate(now=later + timedelta(seconds=1))
+    assert [(d.event_id, d.action) for d in decided] == [("E-00", "failover")]
+    assert len(env.messages(vms[0].vm_id)) == 2

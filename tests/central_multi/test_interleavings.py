@@ -220,8 +220,8 @@ class World:
             assert len(attempts) == len(set(attempts)), "two attempts share a message"
 
 
-def run_world(env: Env, hook: Hook, fleet_of, seed: int, steps: int) -> World:
-    world = World(env, fleet_of, seed)
+def run_world(env: Env, hook: Hook, fleet_of, seed: int, steps: int, crash_rate: float = 0.05) -> World:
+    world = World(env, fleet_of, seed, crash_rate)
     for _ in range(steps):
         world.step()
         world.check()
@@ -252,7 +252,9 @@ def run_world(env: Env, hook: Hook, fleet_of, seed: int, steps: int) -> World:
 
 @pytest.mark.parametrize("seed", [3, 17])
 def test_random_interleavings_keep_the_invariants(env: Env, hook: Hook, fleet_of, seed: int) -> None:
-    world = run_world(env, hook, fleet_of, seed, STEPS)
+    # twice the long form's crash rate: the timers' threads make the walk not quite reproducible, and a
+    # short walk of 140 steps must kill an instance whatever central's own store calls become
+    world = run_world(env, hook, fleet_of, seed, STEPS, crash_rate=0.1)
     assert world.crashes >= 1, "the short form must kill at least one instance"
 
 
