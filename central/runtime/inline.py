@@ -38,8 +38,7 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
                   now: datetime) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
     docstring), first seen first, at most one per VM freed. Group facts come from the plan's and the
-    cached VM rows (a vmId's groups never change); a waiting event none of whose VMs is cached is left
-    to the timer."""
+    cached VM rows (a vmId's groups never change), the missing ones read by key."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -60,6 +59,10 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
                       if rec.state == WAITING_BUDGET and not rec.ended
                       and rec.event_id not in changes.events),
                      key=lambda r: (r.first_seen, r.event_id))
+    # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
+    # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
+    unknown = {vm_id for rec in waiting if not rows(rec) for vm_id in rec.reported_by.values()}
+    state.load_vms(unknown - set(changes.vms))
     sharing = sharing_a_group(budgets, freed_vms, [(r.event_id, rows(r)) for r in waiting])
     chosen = set(sharing[:len(freed_vms)])
     return [rec for rec in waiting if rec.event_id in chosen]
