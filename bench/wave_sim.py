@@ -159,7 +159,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         out.started.add(event_id)
         arrive(vm, started, wave_incarnation(vm, event_id, "Started", T0 + timedelta(seconds=started), last))
         gone = started + REBOOT_SECONDS
-        arrive(vm, gone, wave_incarnation(vm, event_id, "", T0 + timedelta(seconds=gone), last), kind=event_id)
+        ended = wave_incarnation(vm, event_id, "", T0 + timedelta(seconds=gone), last)
+        arrive(vm, gone, ended, kind=event_id)
 
     def due(entry: Tuple[float, int, Optional[bytes], str]) -> Optional[bytes]:
         """A lazy entry's body now (None: dropped): a heartbeat while the event is open (and the next

@@ -50,12 +50,14 @@ def test_a_budget_counts_the_events_of_the_whole_fleet(env: Env, hook: Hook, fle
     assert states == {"E-ba": "approving", "E-bb": "waiting-budget"}
     inst[2].reevaluate(now=T0 + timedelta(seconds=5))  # a third instance's timer: still one
     assert sent(env, a, b) == 1
-    # web_0's event ends (reported to its own instance): the budget frees for the timer on another one
+    # web_0's event ends, reported to its own instance, which never saw web_1: the call that ends it hands
+    # the slot to E-bb at once (its VM row read by key), and another instance's timer finds nothing to do
     later = T0 + timedelta(seconds=30)
-    inst[0].handle_batch([body(a.heartbeat(at=later)), body(a.incarnation_env([], at=later))], now=later)
-    inst[1].handle_batch([body(b.heartbeat(at=later))], now=later)
-    decisions = inst[2].reevaluate(now=later + timedelta(seconds=1))
-    assert [(d.event_id, d.state) for d in decisions] == [("E-bb", "approving")]
+    freed = inst[0].handle_batch([body(a.heartbeat(at=later)), body(a.incarnation_env([], at=later))],
+                                 now=later)
+    assert [(d.event_id, d.state) for d in freed.decisions] == [("E-bb", "approving")]
+    assert len(env.messages(b.vm_id)) == 1
+    assert inst[2].reevaluate(now=later + timedelta(seconds=1)) == []
     assert len(env.messages(b.vm_id)) == 1
 
 
