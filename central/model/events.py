@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from .times import iso, parse
 
@@ -264,3 +264,9 @@ class EventRecord:
             "endedAt": iso(self.ended_at) if self.ended_at else None,
             "pendingAlerts": len(self.pending_alerts),
         }
+
+
+def in_order_of_first_sight(records: Iterable[EventRecord]) -> List[EventRecord]:
+    """Events oldest first (ties by EventId): the order central decides them in, so later events see
+    earlier approvals in the budget counts."""
+    return sorted(records, key=lambda r: (r.first_seen, r.event_id))

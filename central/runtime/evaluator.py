@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tupl
 from central.intake.alerts import owe_status_alert
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.clone import clone_event
-from central.model.events import SEND_LEASE, Approval, EventRecord
+from central.model.events import SEND_LEASE, Approval, EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
 from central.policy.decide import (
     HAND_DECIDERS,
@@ -143,14 +143,7 @@ class Evaluator:
         if wanted is None:
             wanted = self._screen(now)
         for _ in range(MAX_TRIES):
-            candidates = sorted(
-                (
-                    rec
-                    for rec, _ in self.state.active.values()
-                    if not rec.ended and (wanted is None or rec.event_id in wanted)
-                ),
-                key=lambda r: (r.first_seen, r.event_id),
-            )
+            candidates = self._active(wanted)
             if not candidates:
                 return []
             fleet = self.view(now, candidates)
@@ -164,6 +157,11 @@ class Evaluator:
             return self.committed(done, now, result)
         raise StoreError(f"deciding: still losing races after {MAX_TRIES} re-reads (contention)")
 
+    def _active(self, wanted: Optional[Set[str]]) -> List[EventRecord]:
+        """The active events not ended (only `wanted`, unless None), in order of first sight."""
+        return in_order_of_first_sight(rec for rec, _ in self.state.active.values()
+                                       if not rec.ended and (wanted is None or rec.event_id in wanted))
+
     def _screen(self, now: datetime) -> Set[str]:
         """The timer's pass over every active event, first on this instance's cached VM rows wherever a
         fresh read would give the same liveness and groups (central.runtime.vm_facts: at most the liveness
@@ -172,8 +170,7 @@ class Evaluator:
         minute made the timer's call the slowest of the wave (issue 24). An event whose verdict looks
         unchanged on cached rows is decided again once its rows age out of the cache, or when an ingest
         touches it."""
-        candidates = sorted((rec for rec, _ in self.state.active.values() if not rec.ended),
-                            key=lambda r: (r.first_seen, r.event_id))
+        candidates = self._active(None)
         if not candidates:
             return set()
         screened = self.decide_pass(candidates, self.view(now, candidates, screening=True), now)
@@ -186,7 +183,7 @@ class Evaluator:
         waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now)
         room = max(0, (MAX_OPS - changes.op_count()) // 2)  # an event row may take two operations
         later = {rec.event_id for rec in waiting[room:]}  # no room in this transaction: decided after it
-        found = sorted(found + waiting[:room], key=lambda r: (r.first_seen, r.event_id))
+        found = in_order_of_first_sight(found + waiting[:room])
         if not found:
             return Pass(later=later) if later else None
         done = self.decide_pass(found, self.view(now, found, changes), now)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from central.model.events import EventRecord
+from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
 from central.policy.budgets import Budget, sharing_a_group
 from central.policy.decide import WAITING_BUDGET, impacting
@@ -31,7 +31,7 @@ from central.store.fleet_state import Changes, FleetState
 def candidates(changes: Changes, touched: Set[str]) -> List[EventRecord]:
     """The planned events to decide: touched by the plan, not ended; in order of first sight."""
     found = [rec for event_id, rec in changes.events.items() if event_id in touched and not rec.ended]
-    return sorted(found, key=lambda r: (r.first_seen, r.event_id))
+    return in_order_of_first_sight(found)
 
 
 def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
@@ -55,15 +55,17 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
         return [vm for vm in found if vm is not None]
 
     freed_vms = [vm for rec in freed for vm in rows(rec)]
-    waiting = sorted((rec for rec, _ in state.active.values()
-                      if rec.state == WAITING_BUDGET and not rec.ended
-                      and rec.event_id not in changes.events),
-                     key=lambda r: (r.first_seen, r.event_id))
+    waiting = in_order_of_first_sight(rec for rec, _ in state.active.values()
+                                      if rec.state == WAITING_BUDGET and not rec.ended
+                                      and rec.event_id not in changes.events)
+    vms_of = {rec.event_id: rows(rec) for rec in waiting}
     # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
     # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
-    unknown = {vm_id for rec in waiting if not rows(rec) for vm_id in rec.reported_by.values()}
-    state.load_vms(unknown - set(changes.vms))
-    sharing = sharing_a_group(budgets, freed_vms, [(r.event_id, rows(r)) for r in waiting])
+    unknown = {rec.event_id: rec for rec in waiting if not vms_of[rec.event_id]}
+    if unknown:
+        state.load_vms({v for rec in unknown.values() for v in rec.reported_by.values()} - set(changes.vms))
+        vms_of.update({event_id: rows(rec) for event_id, rec in unknown.items()})
+    sharing = sharing_a_group(budgets, freed_vms, [(r.event_id, vms_of[r.event_id]) for r in waiting])
     chosen = set(sharing[:len(freed_vms)])
     return [rec for rec in waiting if rec.event_id in chosen]
 

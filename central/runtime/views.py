@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from azure.core.exceptions import AzureError
 
-from central.model.events import EventRecord
+from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.times import aware, iso
 from central.policy.document import Policy
 from central.store.fleet_state import FleetState
@@ -22,11 +22,7 @@ from .settings import CentralSettings
 def pending(state: FleetState) -> List[Dict[str, Any]]:
     """Events not ended, oldest first, with status, state, decision and current leader."""
     state.refresh()
-    return [
-        rec.view()
-        for rec, _ in sorted(state.active.values(), key=lambda r: (r[0].first_seen, r[0].event_id))
-        if not rec.ended
-    ]
+    return [rec.view() for rec in in_order_of_first_sight(r for r, _ in state.active.values() if not r.ended)]
 
 
 HISTORY_LIMIT = 500  # decision and result rows shown for one event
