@@ -24,7 +24,7 @@ from .arm_route import agentless, arm_owner, platform_vms
 from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
 from .document import Policy, window_wait
 from .leader import elect, fresh, timeout_cause
-from .verdict import NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
+from .verdict import HAND_DECIDERS, NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
 from .witness import WitnessRules, counted
 
 WAITING_BUDGET = "waiting-budget"  # the state of an event a disruption budget holds back
@@ -45,9 +45,6 @@ REFUSED_OUTCOMES = ("rejected", "hook-failed")
 # at NotBefore. One name for it in the event view, the fleet view and `se-policy explain`.
 STARTS_AT_NOTBEFORE = "starts-at-notbefore"
 OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy says who ("operator:<name>")
-# decidedBy of a decision taken by hand: a signed-in person ("operator:<name> (<object id>)") or an
-# integration's named function key ("key:<name>"); central.runtime.operator_access says which.
-HAND_DECIDERS = ("operator:", "key:")
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,17 @@ class Verdict:
 
 
 NOTHING = Verdict("none")
+# decidedBy of a decision taken by hand: a signed-in person ("operator:<name> (<object id>)") or an
+# integration's named function key ("key:<name>"); central.runtime.operator_access says which.
+HAND_DECIDERS = ("operator:", "key:")
 
 
 def is_new(event: EventRecord, verdict: Verdict) -> bool:
     """A verdict is a new decision unless it repeats the event's last one (the timer re-evaluates
-    every few minutes; an unchanged verdict is not a new decision)."""
-    if verdict.kind == "send":
+    every few minutes; an unchanged verdict is not a new decision). A decision taken by hand is always
+    new: a person acted, even in the last decision's words (a hold after an approve that only lifted an
+    earlier one must bind again)."""
+    if verdict.kind == "send" or (verdict.kind == "record" and verdict.decided_by.startswith(HAND_DECIDERS)):
         return True
     if verdict.kind == "none":
         return False

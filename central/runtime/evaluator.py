@@ -260,9 +260,7 @@ def apply(
         out.result, out.result_at = "timeout", now
         if verdict.timeout_cause:
             _owe_timeout_alert(rec, out, verdict.timeout_cause, now, owed)
-    # an operator's decision is always applied and recorded, even one repeating the last decision word for
-    # word (a hold after an approve lifted an earlier one: skipping it would leave the event unheld)
-    if not is_new(rec, verdict) and not verdict.decided_by.startswith(HAND_DECIDERS):
+    if not is_new(rec, verdict):
         return None
     message_id = None
     if verdict.kind == "send" and verdict.send is not None:

@@ -102,6 +102,18 @@ def test_a_hold_repeating_the_last_decision_still_binds(env: Env, hook: Hook) ->
     assert len(holds) == 2  # every operator decision is recorded, a repeated one too
 
 
+def test_a_repeated_verdict_is_new_only_when_a_person_took_it() -> None:
+    from central.model.events import EventRecord
+    from central.policy.verdict import Verdict, is_new
+
+    rec = EventRecord(EVENT_ID, T0, state="held", decision={"reason": "freeze"})
+    assert not is_new(rec, Verdict("record", "hold", "held", "r", "freeze", decided_by="policy:r"))
+    for person in ("operator:dan", "key:ci"):
+        hold = Verdict("record", "operator-hold", "held", "operator", "freeze", decided_by=person)
+        assert is_new(rec, hold)
+    assert not is_new(rec, Verdict("none", decided_by="operator:dan"))
+
+
 def test_every_operator_decision_is_logged_and_alerted(
     env: Env, hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:
