@@ -10,28 +10,29 @@ from datetime import timedelta
 
 from central.model.vms import VmState
 from central.policy.budgets import Budget, sharing_a_group
+from central.runtime.service import CentralService
 
 from .conftest import Env, Hook
 from .factory import T0, Vm, body, event
+from .test_head_commits import state_row
 
 ONE_PER_SET = json.dumps({"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 1}},
                           "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]},
                                      "action": "approve"}]})
 
 
-def states(svc) -> dict:  # type: ignore[no-untyped-def]
-    return {event_id: rec.state for event_id, (rec, _) in svc.state.active.items()}
+def states(svc: CentralService) -> dict:
+    return {p["eventId"]: p["state"] for p in svc.pending()}
 
 
 def head_seq(env: Env) -> int:
-    client = env.tables.get_table_client(env.prefix + "State")
-    return int(client.get_entity("fleet", "head")["Seq"])
+    return int(state_row(env, "head")["Seq"])
 
 
-def test_the_call_that_ends_an_event_approves_the_next_one_waiting_in_its_group(env: Env, hook: Hook) -> None:
-    svc = env.service(POLICY_JSON=ONE_PER_SET)
-    a, b, c, d = Vm("web-a", scale_set="web"), Vm("web-b", scale_set="web"), Vm("web-c", scale_set="web"), \
-        Vm("db-d", scale_set="db")
+def waves(svc: CentralService) -> tuple:
+    """web-a approved, web-b and web-c waiting in scale set web (budget 1), db-d approved in its own."""
+    a, b, c, d = (Vm("web-a", scale_set="web"), Vm("web-b", scale_set="web"), Vm("web-c", scale_set="web"),
+                  Vm("db-d", scale_set="db"))
     first = svc.handle_batch([body(v.heartbeat()) for v in (a, b, d)]
                              + [body(a.incarnation_env([event("E-a", ["web-a"])])),
                                 body(b.incarnation_env([event("E-b", ["web-b"])])),
@@ -42,6 +43,12 @@ def test_the_call_that_ends_an_event_approves_the_next_one_waiting_in_its_group(
                      now=later)
     assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget", "E-c": "waiting-budget",
                            "E-d": "approving"}
+    return a, b, c, d
+
+
+def test_the_call_that_ends_an_event_approves_the_next_one_waiting_in_its_group(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, b, c, _ = waves(svc)
     seq = head_seq(env)
 
     gone = T0 + timedelta(seconds=30)
@@ -58,17 +65,23 @@ def test_the_call_that_ends_an_event_approves_the_next_one_waiting_in_its_group(
     assert states(other) == states(svc)
 
 
+def test_a_refused_approval_frees_the_slot_too(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, b, c, _ = waves(svc)
+    (message,) = env.messages(a.vm_id)
+    at = T0 + timedelta(seconds=10)
+    refused = svc.handle_batch([body(a.result("E-a", "rejected", message["messageId"], at))], now=at)
+    assert [(d.event_id, d.action) for d in refused.decisions if d.event_id != "E-a"] == [("E-b", "approve")]
+    assert len(env.messages(b.vm_id)) == 1 and not env.messages(c.vm_id)
+
+
 def test_an_event_ending_in_another_group_lets_no_one_go(env: Env, hook: Hook) -> None:
     svc = env.service(POLICY_JSON=ONE_PER_SET)
-    a, b, d = Vm("web-a", scale_set="web"), Vm("web-b", scale_set="web"), Vm("db-d", scale_set="db")
-    svc.handle_batch([body(v.heartbeat()) for v in (a, b, d)]
-                     + [body(a.incarnation_env([event("E-a", ["web-a"])])),
-                        body(b.incarnation_env([event("E-b", ["web-b"])])),
-                        body(d.incarnation_env([event("E-d", ["db-d"])]))], now=T0)
+    _, b, c, d = waves(svc)
     gone = T0 + timedelta(seconds=30)
     ended = svc.handle_batch([body(d.incarnation_env([], gone))], now=gone)
-    assert ended.decisions == [] and not env.messages(b.vm_id)
-    assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget"}
+    assert ended.decisions == [] and not env.messages(b.vm_id) and not env.messages(c.vm_id)
+    assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget", "E-c": "waiting-budget"}
 
 
 def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
@@ -104,4 +117,5 @@ def test_the_timer_reads_no_vm_rows_for_events_whose_verdict_stays(env: Env, hoo
     svc.handle_batch([body(v.heartbeat(later)) for v in vms], now=later)
     decided = svc.reevaluate(now=later + timedelta(seconds=1))
     assert [(d.event_id, d.action) for d in decided] == [("E-00", "failover")]
+    assert "web-0" in read_names  # the decision that commits was taken on its VM's fresh row
     assert len(env.messages(vms[0].vm_id)) == 2
