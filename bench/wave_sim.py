@@ -107,7 +107,6 @@ class Outcome:
     processed: Dict[str, float] = field(default_factory=dict)  # when the call that took that report ended
     scale_set: Dict[str, str] = field(default_factory=dict)
     started: Set[str] = field(default_factory=set)  # events whose start is played (approved, or by Azure)
-    ended_at_source: Set[str] = field(default_factory=set)  # events whose gone report was delivered
     calls: int = 0
     envelopes: int = 0  # envelopes delivered to ingest (the per-1,000-envelopes base of item 4's ratio)
     invocation_cpu: float = 0.0  # thread CPU inside central's calls (what the instances' work costs)
@@ -170,7 +169,7 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
             return body
         what, event_id = kind.split(":", 1)
         vm = owner[event_id]
-        if event_id in out.ended_at_source:
+        if event_id in out.ended:  # its gone report was delivered: the VM has nothing more to say
             return None
         if what == HEARTBEAT:
             arrive(vm, at + HEARTBEAT_EVERY, None, kind)
@@ -255,9 +254,9 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
             continue
         popped = [heapq.heappop(queue) for _ in range(min(BATCH_MAX, len(ready)))]
         batch = [(a, body) for a in popped for body in (due(a),) if body is not None]
-        for a in popped:
-            if a[3] and ":" not in a[3]:  # the event's gone report: its VM stops heartbeating
-                out.ended_at_source.add(a[3])
+        gone = [a for a, _ in batch if a[3] and ":" not in a[3]]  # kind = the EventId: its gone report
+        for a in gone:  # the event's end (its VM stops heartbeating)
+            out.ended[a[3]] = a[0]
         if not batch:  # only dropped entries: look again
             heapq.heappush(clock, (t, p, "wake", p))
             continue
@@ -265,9 +264,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         stamps = [T0 + timedelta(seconds=a[0]) for a, _ in batch]
         bodies, now = [body for _, body in batch], T0 + timedelta(seconds=t)
         call(i, t, lambda s, b=bodies, n=now, e=stamps: s.handle_batch(b, now=n, enqueued_times=e).decisions)
-        for a, _ in batch:
-            if a[3] and ":" not in a[3]:
-                out.ended[a[3]], out.processed[a[3]] = a[0], free[i]
+        for a in gone:
+            out.processed[a[3]] = free[i]
         heapq.heappush(clock, (free[i], p, "wake", p))
     out.cpu = time.process_time() - cpu_started
     out.store_cpu = storage.cpu if storage is not None else float("nan")
