@@ -53,6 +53,7 @@ def test_a_budget_counts_the_events_of_the_whole_fleet(env: Env, hook: Hook, fle
     # web_0's event ends, reported to its own instance, which never saw web_1: the call that ends it hands
     # the slot to E-bb at once (its VM row read by key), and another instance's timer finds nothing to do
     later = T0 + timedelta(seconds=30)
+    assert inst[0].state.vm(b.vm_id) is None  # (what "never saw" means here: no row of web_1 cached)
     freed = inst[0].handle_batch([body(a.heartbeat(at=later)), body(a.incarnation_env([], at=later))],
                                  now=later)
     assert [(d.event_id, d.state) for d in freed.decisions] == [("E-bb", "approving")]
