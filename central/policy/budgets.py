@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from central.model.vms import VmState
 
@@ -115,13 +115,15 @@ def budget_block(
     return None
 
 
-def sharing_a_group(budgets: Sequence[Budget], freed: Sequence[VmState],
-                    waiting: Sequence[Tuple[str, Sequence[VmState]]]) -> List[str]:
-    """The ids of `waiting` events (in the order given) with a VM in a group of any budget that one of
-    the `freed` VMs is in: the events a freed slot may let go."""
-    groups = {g for b in budgets for vm in freed for g in (b.group_of(vm),) if g}
-    return [event_id for event_id, vms in waiting
-            if any(b.group_of(vm) in groups for b in budgets for vm in vms)]
+def groups_of(budgets: Sequence[Budget], vms: Iterable[VmState]) -> FrozenSet[str]:
+    """Every group of any of `budgets` that one of `vms` counts in."""
+    return frozenset(g for vm in vms for b in budgets for g in (b.group_of(vm),) if g)
+
+
+def sharing_a_group(freed: AbstractSet[str], waiting: Iterable[Tuple[str, AbstractSet[str]]]) -> List[str]:
+    """The ids of `waiting` events (id, its groups; in the order given) in one of the `freed` groups: the
+    events a freed slot may let go."""
+    return [event_id for event_id, groups in waiting if not groups.isdisjoint(freed)]
 
 
 def limits_for(budgets: Sequence[Budget], event_vms: Sequence[VmState],

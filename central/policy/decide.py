@@ -72,6 +72,15 @@ class FleetView:
         default_factory=dict
     )  # budget->group->vm->events
     _budgets: Dict[str, Budget] = field(default_factory=dict)
+    _impacting: Dict[datetime, List[EventRecord]] = field(default_factory=dict)
+
+    def impacting_events(self, now: datetime) -> List[EventRecord]:
+        """The open events that count against budgets at `now`, found once per view (a pass asks for
+        every budget, and the VMs to read: thousands of events in a 100k wave)."""
+        found = self._impacting.get(now)
+        if found is None:
+            found = self._impacting[now] = [other for other in self.open_events if impacting(other, now)]
+        return found
 
     def vms_of(self, event: EventRecord) -> List[VmState]:
         return [self.vms_by_name[n] for n in event.resources if n in self.vms_by_name]
@@ -81,9 +90,8 @@ class FleetView:
         if found is None:
             self._budgets[budget.name] = budget
             found = self._groups[budget.name] = {}
-            for other in self.open_events:
-                if impacting(other, now):
-                    self._add(found, budget, other, now)
+            for other in self.impacting_events(now):
+                self._add(found, budget, other, now)
         return found
 
     def impacted_vms(self, event: EventRecord, now: datetime) -> List[VmState]:

@@ -174,6 +174,8 @@ class Actor:
         self.alerter.new_batch()
         owing: Dict[str, List[str]] = {}
         for rec, _ in self.state.active.values():
+            if not rec.pending_alerts:
+                continue
             keys = [
                 a["key"]
                 for a in rec.pending_alerts
@@ -216,15 +218,6 @@ class Actor:
             except Conflict:
                 continue  # another instance leased it
             out.append((alert, etags[0]))
-        return out
-
-    def _events_owing(self, now: datetime, mine: Optional[List[str]]) -> List[str]:
-        out = []
-        for rec, _ in self.state.active.values():
-            for a in rec.pending_alerts:
-                if (mine is not None and a["key"] in mine) or (mine is None and _due(a, now)):
-                    out.append(rec.event_id)
-                    break
         return out
 
     def _post(self, alert: Alert, result: BatchResult) -> Delivery:

@@ -25,7 +25,6 @@ from central.policy.decide import (
     FleetView,
     Verdict,
     decide,
-    impacting,
     is_new,
     record,
     shadow_record,
@@ -38,7 +37,7 @@ from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
-from .inline import all_vms_over, candidates, freed_waiters, vms_by_name_over
+from .inline import WaiterGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
 from .results import BatchResult, Decision
 from .vm_facts import reading_fewer
 
@@ -106,6 +105,7 @@ class Evaluator:
         self.config = config
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
+        self.waiter_groups = WaiterGroups()  # central.runtime.inline: kept between calls
 
     def view(self, now: datetime, candidates: List[EventRecord],
              planned: Optional[Changes] = None, screening: bool = False) -> FleetView:
@@ -116,13 +116,10 @@ class Evaluator:
         events.update(planned.events if planned is not None else {})
         open_events = [rec for rec in events.values() if not rec.ended]
 
-        def names() -> Set[str]:
+        def names() -> Set[str]:  # (called once the view below exists)
             wanted: Set[str] = set()
-            for rec in candidates:
+            for rec in [*candidates, *view.impacting_events(now)]:
                 wanted.update(rec.resources)
-            for rec in open_events:
-                if impacting(rec, now):
-                    wanted.update(rec.resources)
             return wanted
 
         read, known = self.state.vms_by_name, self.state.all_vms
@@ -133,8 +130,9 @@ class Evaluator:
         fresh = set() if screening else {name for rec in candidates for name in rec.resources}
         keep_out = {vm.name for vm in planned.vms.values()} if planned is not None else set()
         read = reading_fewer(read, self.state.named, fresh, keep_out, now, self.config.liveness)
-        return FleetView(LazyVms(names, read), open_events, self.config.liveness,
+        view = FleetView(LazyVms(names, read), open_events, self.config.liveness,
                          known if self.policy.needs_group_sizes else None, rules=self.config.witness)
+        return view
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this
@@ -180,7 +178,8 @@ class Evaluator:
         """Decide the events an uncommitted plan touched, on its working copies (central.runtime.inline):
         the decided copies replace the plan's, so one transaction commits both. None: nothing to decide."""
         found = candidates(changes, touched)
-        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now)
+        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now,
+                                self.waiter_groups)
         room = max(0, (MAX_OPS - changes.op_count()) // 2)  # an event row may take two operations
         later = {rec.event_id for rec in waiting[room:]}  # no room in this transaction: decided after it
         found = in_order_of_first_sight(found + waiting[:room])

@@ -19,11 +19,11 @@ the plan was made on those rows, and an ETag read later would let the commit ove
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
-from central.policy.budgets import Budget, sharing_a_group
+from central.policy.budgets import Budget, groups_of, sharing_a_group
 from central.policy.decide import WAITING_BUDGET, impacting
 from central.store.fleet_state import Changes, FleetState
 
@@ -34,11 +34,34 @@ def candidates(changes: Changes, touched: Set[str]) -> List[EventRecord]:
     return in_order_of_first_sight(found)
 
 
-def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
-                  now: datetime) -> List[EventRecord]:
+class WaiterGroups:
+    """The budget groups of each cached event waiting for a budget, kept while its cached record is the same
+    object (FleetState installs a new one whenever it re-reads or commits the row): the call that frees a
+    slot looks at every waiting event, thousands in a 100k wave, and most did not change since the last
+    call. A group found this way only chooses which waiters are decided now; the decision reads fresh."""
+
+    def __init__(self) -> None:
+        self._budgets: Tuple[Budget, ...] = ()
+        self._found: Dict[str, Tuple[EventRecord, FrozenSet[str]]] = {}
+
+    def known(self, budgets: Sequence[Budget], waiting: Sequence[EventRecord]) -> Dict[str, FrozenSet[str]]:
+        """The remembered groups of `waiting` (those whose record did not change); forgets the others."""
+        if tuple(budgets) != self._budgets:
+            self._budgets, self._found = tuple(budgets), {}
+        current = {rec.event_id: rec for rec in waiting}
+        self._found = {e: (rec, groups) for e, (rec, groups) in self._found.items() if current.get(e) is rec}
+        return {e: groups for e, (_, groups) in self._found.items()}
+
+    def remember(self, rec: EventRecord, groups: FrozenSet[str]) -> None:
+        self._found[rec.event_id] = (rec, groups)
+
+
+def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget], now: datetime,
+                  memo: Optional[WaiterGroups] = None) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
     docstring), first seen first, at most one per VM freed. Group facts come from the plan's and the
-    cached VM rows (a vmId's groups never change), the missing ones read by key."""
+    cached VM rows (a vmId's groups never change), the missing ones read by key; `memo` keeps them
+    between calls."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -55,19 +78,26 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
         return [vm for vm in found if vm is not None]
 
     freed_vms = [vm for rec in freed for vm in rows(rec)]
-    waiting = in_order_of_first_sight(rec for rec, _ in state.active.values()
-                                      if rec.state == WAITING_BUDGET and not rec.ended
-                                      and rec.event_id not in changes.events)
-    vms_of = {rec.event_id: rows(rec) for rec in waiting}
+    freed_groups = groups_of(budgets, freed_vms)
+    if not freed_groups:
+        return []
+    waiting = [rec for rec, _ in state.active.values()
+               if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events]
+    memo = memo if memo is not None else WaiterGroups()
+    groups = memo.known(budgets, waiting)
+    fresh = {rec.event_id: rows(rec) for rec in waiting if rec.event_id not in groups}
     # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
     # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
-    unknown = {rec.event_id: rec for rec in waiting if not vms_of[rec.event_id]}
+    unknown = [rec for rec in waiting if rec.event_id in fresh and not fresh[rec.event_id]]
     if unknown:
-        state.load_vms({v for rec in unknown.values() for v in rec.reported_by.values()} - set(changes.vms))
-        vms_of.update({event_id: rows(rec) for event_id, rec in unknown.items()})
-    sharing = sharing_a_group(budgets, freed_vms, [(r.event_id, vms_of[r.event_id]) for r in waiting])
-    chosen = set(sharing[:len(freed_vms)])
-    return [rec for rec in waiting if rec.event_id in chosen]
+        state.load_vms({v for rec in unknown for v in rec.reported_by.values()} - set(changes.vms))
+        fresh.update({rec.event_id: rows(rec) for rec in unknown})
+    for rec in waiting:
+        if fresh.get(rec.event_id):
+            groups[rec.event_id] = groups_of(budgets, fresh[rec.event_id])
+            memo.remember(rec, groups[rec.event_id])
+    sharing = set(sharing_a_group(freed_groups, ((e, g) for e, g in groups.items())))
+    return in_order_of_first_sight(rec for rec in waiting if rec.event_id in sharing)[:len(freed_vms)]
 
 
 def _keeping_etags(state: FleetState, vm_ids: Iterable[str], read: Callable[[], object]) -> object:

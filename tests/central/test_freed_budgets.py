@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from central.model.clone import clone_event
+from central.model.events import EventRecord
 from central.model.vms import VmState
-from central.policy.budgets import Budget, sharing_a_group
+from central.policy.budgets import Budget, groups_of, sharing_a_group
+from central.runtime.inline import WaiterGroups
 from central.runtime.service import CentralService
 
 from .conftest import Env, Hook
@@ -90,32 +93,31 @@ def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
     web2 = VmState("2", "web-2", scale_set="web", zone="2")
     db2 = VmState("3", "db-3", scale_set="db", zone="2")
     lone = VmState("4", "lone")
-    waiting = [("E-db", [db2]), ("E-web", [web2]), ("E-lone", [lone])]
-    assert sharing_a_group([per_set], [web1], waiting) == ["E-web"]
-    assert sharing_a_group([per_zone], [web1], waiting) == []
-    assert sharing_a_group([per_set, per_zone], [VmState("5", "x", scale_set="web", zone="2")],
-                           waiting) == ["E-db", "E-web"]
-    assert sharing_a_group([], [web1], waiting) == [] and sharing_a_group([per_set], [lone], waiting) == []
+
+    def sharing(budgets: list, freed: list) -> list:
+        waiting = [(e, groups_of(budgets, vms)) for e, vms in (("E-db", [db2]), ("E-web", [web2]),
+                                                                ("E-lone", [lone]))]
+        return sharing_a_group(groups_of(budgets, freed), waiting)
+
+    assert groups_of([per_set, per_zone], [web1]) == {"s:web", "z:1"}
+    assert sharing([per_set], [web1]) == ["E-web"]
+    assert sharing([per_zone], [web1]) == []
+    assert sharing([per_set, per_zone], [VmState("5", "x", scale_set="web", zone="2")]) == ["E-db", "E-web"]
+    assert sharing([], [web1]) == [] and sharing([per_set], [lone]) == []
 
 
-def test_the_timer_reads_no_vm_rows_for_events_whose_verdict_stays(env: Env, hook: Hook) -> None:
-    """The timer's pass screens every active event on this instance's cached VM rows (live ones: a fresh
-    read would say the same) and reads fresh rows only for the events whose verdict changes."""
-    svc = env.service(POLICY_JSON=ONE_PER_SET)
-    vms = [Vm(f"web-{i}", scale_set="web") for i in range(30)]
-    svc.handle_batch([body(v.heartbeat()) for v in vms]
-                     + [body(v.incarnation_env([event(f"E-{i:02d}", [v.name])])) for i, v in enumerate(vms)],
-                     now=T0)
-    assert sorted(states(svc).values()).count("waiting-budget") == 29
-    read_names: list = []
-    real = svc.state.vms_by_name
-    svc.state.vms_by_name = lambda names: read_names.extend(names) or real(names)  # type: ignore[method-assign]
-    assert svc.reevaluate(now=T0 + timedelta(seconds=60)) == []
-    assert read_names == []  # before: all 30 VMs' rows, every minute
-    # the approval runs out unanswered: the timer fails over on fresh rows, and the budget holds the rest
-    later = T0 + timedelta(minutes=3)
-    svc.handle_batch([body(v.heartbeat(later)) for v in vms], now=later)
-    decided = svc.reevaluate(now=later + timedelta(seconds=1))
-    assert [(d.event_id, d.action) for d in decided] == [("E-00", "failover")]
-    assert "web-0" in read_names  # the decision that commits was taken on its VM's fresh row
-    assert len(env.messages(vms[0].vm_id)) == 2
+def test_waiter_groups_are_remembered_only_while_the_cached_record_is_the_same() -> None:
+    per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
+    rec = EventRecord("E-web", T0, resources=["web-2"], state="waiting-budget")
+    memo = WaiterGroups()
+    assert memo.known([per_set], [rec]) == {}
+    memo.remember(rec, frozenset({"s:web"}))
+    assert memo.known([per_set], [rec]) == {"E-web": {"s:web"}}
+    # the cache re-read the row (a new record): its groups are found again
+    assert memo.known([per_set], [clone_event(rec)]) == {}
+    memo.remember(rec, frozenset({"s:web"}))
+    # the event is no longer waiting: forgotten, also when it waits again with the same record
+    assert memo.known([per_set], []) == {} and memo.known([per_set], [rec]) == {}
+    memo.remember(rec, frozenset({"s:web"}))
+    # another policy's budgets: nothing remembered holds
+    assert memo.known([per_set, per_zone], [rec]) == {}
