@@ -120,10 +120,19 @@ def groups_of(budgets: Sequence[Budget], vms: Iterable[VmState]) -> FrozenSet[st
     return frozenset(g for vm in vms for b in budgets for g in (b.group_of(vm),) if g)
 
 
-def sharing_a_group(freed: AbstractSet[str], waiting: Iterable[Tuple[str, AbstractSet[str]]]) -> List[str]:
-    """The ids of `waiting` events (id, its groups; in the order given) in one of the `freed` groups: the
-    events a freed slot may let go."""
-    return [event_id for event_id, groups in waiting if not groups.isdisjoint(freed)]
+def next_waiters(freed: Sequence[AbstractSet[str]],
+                 waiting: Sequence[Tuple[str, AbstractSet[str]]]) -> List[str]:
+    """For each freed VM (the groups it counted in), the first of the `waiting` events (id, its groups; in
+    the order given) in one of those groups and not taken for an earlier freed VM: the events the freed
+    slots may let go, one per slot (slots freed in two groups go to a waiter of each, not to the two oldest
+    waiters of one group)."""
+    taken: List[str] = []
+    for groups in freed:
+        for event_id, theirs in waiting:
+            if event_id not in taken and not theirs.isdisjoint(groups):
+                taken.append(event_id)
+                break
+    return taken
 
 
 def limits_for(budgets: Sequence[Budget], event_vms: Sequence[VmState],

@@ -23,7 +23,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 
 from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
-from central.policy.budgets import Budget, groups_of, sharing_a_group
+from central.policy.budgets import Budget, groups_of, next_waiters
 from central.policy.decide import WAITING_BUDGET, impacting
 from central.store.fleet_state import Changes, FleetState
 
@@ -59,9 +59,9 @@ class WaiterGroups:
 def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget], now: datetime,
                   memo: Optional[WaiterGroups] = None) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
-    docstring), first seen first, at most one per VM freed. Group facts come from the plan's and the
-    cached VM rows (a vmId's groups never change), the missing ones read by key; `memo` keeps them
-    between calls."""
+    docstring), first seen first, at most one per VM freed and from its own groups. Group facts come from
+    the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key;
+    `memo` keeps them between calls."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -77,10 +77,11 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
             for name in rec.resources]
         return [vm for vm in found if vm is not None]
 
-    freed_vms = [vm for rec in freed for vm in rows(rec)]
-    freed_groups = groups_of(budgets, freed_vms)
+    freed_groups = [found for rec in freed for vm in rows(rec)
+                    for found in (groups_of(budgets, [vm]),) if found]
     if not freed_groups:
         return []
+    in_a_freed_group = frozenset().union(*freed_groups)
     waiting = [rec for rec, _ in state.active.values()
                if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events]
     memo = memo if memo is not None else WaiterGroups()
@@ -96,8 +97,10 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
         if fresh.get(rec.event_id):
             groups[rec.event_id] = groups_of(budgets, fresh[rec.event_id])
             memo.remember(rec, groups[rec.event_id])
-    sharing = set(sharing_a_group(freed_groups, ((e, g) for e, g in groups.items())))
-    return in_order_of_first_sight(rec for rec in waiting if rec.event_id in sharing)[:len(freed_vms)]
+    sharing = in_order_of_first_sight(rec for rec in waiting if rec.event_id in groups
+                                      and not groups[rec.event_id].isdisjoint(in_a_freed_group))
+    chosen = set(next_waiters(freed_groups, [(rec.event_id, groups[rec.event_id]) for rec in sharing]))
+    return [rec for rec in sharing if rec.event_id in chosen]
 
 
 def _keeping_etags(state: FleetState, vm_ids: Iterable[str], read: Callable[[], object]) -> object:

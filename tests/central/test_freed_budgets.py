@@ -11,7 +11,7 @@ from datetime import timedelta
 from central.model.clone import clone_event
 from central.model.events import EventRecord
 from central.model.vms import VmState
-from central.policy.budgets import Budget, groups_of, sharing_a_group
+from central.policy.budgets import Budget, groups_of, next_waiters
 from central.runtime.inline import WaiterGroups
 from central.runtime.service import CentralService
 
@@ -87,23 +87,46 @@ def test_an_event_ending_in_another_group_lets_no_one_go(env: Env, hook: Hook) -
     assert states(svc) == {"E-a": "approving", "E-b": "waiting-budget", "E-c": "waiting-budget"}
 
 
-def test_sharing_a_group_keeps_the_order_given_and_every_budget_kind() -> None:
+def test_slots_freed_in_two_groups_in_one_call_go_to_a_waiter_of_each(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, b, c, d = waves(svc)
+    e = Vm("db-e", scale_set="db")
+    later = T0 + timedelta(seconds=10)
+    svc.handle_batch([body(e.heartbeat(later)), body(e.incarnation_env([event("E-e", ["db-e"])], later))],
+                     now=later)
+    assert states(svc)["E-e"] == "waiting-budget"
+
+    gone = T0 + timedelta(seconds=30)
+    ended = svc.handle_batch([body(a.incarnation_env([], gone)), body(d.incarnation_env([], gone))], now=gone)
+
+    # web's slot to E-b (its oldest waiter), db's to E-e: not both to web's two oldest (E-b, E-c)
+    assert sorted((x.event_id, x.action) for x in ended.decisions) == [("E-b", "approve"), ("E-e", "approve")]
+    assert states(svc) == {"E-b": "approving", "E-c": "waiting-budget", "E-e": "approving"}
+    assert len(env.messages(e.vm_id)) == 1 and not env.messages(c.vm_id)
+
+
+def test_each_freed_vm_lets_go_the_first_waiter_of_its_own_groups_for_every_budget_kind() -> None:
     per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
     web1 = VmState("1", "web-1", scale_set="web", zone="1")
     web2 = VmState("2", "web-2", scale_set="web", zone="2")
     db2 = VmState("3", "db-3", scale_set="db", zone="2")
     lone = VmState("4", "lone")
+    web3 = VmState("5", "web-3", scale_set="web", zone="3")
+    db4 = VmState("6", "db-4", scale_set="db", zone="3")
 
-    def sharing(budgets: list, freed: list) -> list:
-        waiting = [(e, groups_of(budgets, vms)) for e, vms in (("E-db", [db2]), ("E-web", [web2]),
-                                                                ("E-lone", [lone]))]
-        return sharing_a_group(groups_of(budgets, freed), waiting)
+    def chosen(budgets: list, freed: list) -> list:
+        waiting = [(e, groups_of(budgets, [vm]))
+                   for e, vm in (("E-db", db2), ("E-web", web2), ("E-lone", lone), ("E-web3", web3))]
+        return next_waiters([groups_of(budgets, [vm]) for vm in freed], waiting)
 
     assert groups_of([per_set, per_zone], [web1]) == {"s:web", "z:1"}
-    assert sharing([per_set], [web1]) == ["E-web"]
-    assert sharing([per_zone], [web1]) == []
-    assert sharing([per_set, per_zone], [VmState("5", "x", scale_set="web", zone="2")]) == ["E-db", "E-web"]
-    assert sharing([], [web1]) == [] and sharing([per_set], [lone]) == []
+    assert chosen([per_set], [web1]) == ["E-web"]
+    assert chosen([per_zone], [web1]) == []
+    assert chosen([per_set, per_zone], [VmState("7", "x", scale_set="web", zone="2")]) == ["E-db"]
+    # one slot per freed VM, each to a waiter of its own groups: not both to the oldest waiters of one
+    assert chosen([per_set], [web1, db4]) == ["E-web", "E-db"]
+    assert chosen([per_set], [web1, VmState("8", "web-8", scale_set="web")]) == ["E-web", "E-web3"]
+    assert chosen([], [web1]) == [] and chosen([per_set], [lone]) == []
 
 
 def test_waiter_groups_are_remembered_only_while_the_cached_record_is_the_same() -> None:
