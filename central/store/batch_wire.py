@@ -1,11 +1,14 @@
-"""One Table storage entity-group transaction, written on the wire directly.
+"""Table storage transactions and queries, written on the wire directly.
 
 azure-data-tables' submit_transaction builds the multipart body through the email package and runs
 pipeline policies for every sub-request: ~1 ms per entity, more than the round trip itself. This
 module writes the same OData JSON batch body as text and sends it once through the TableClient's own
 pipeline (credential, retries, request counting all apply), reusing the SDK's serialisation of
-entity values. It is the only module that touches the SDK's private parts (pinned 12.7.0); its test
-(tests/central/test_store.py) checks that it stores what submit_transaction stores.
+entity values. Its `query` sends query_entities' own request the same way and converts each entity with
+the SDK's converter, skipping the generated client's model pass over the answer (client CPU per query:
+`python -m bench.wire_query`, figures in docs/sizing.md). It is the only module that
+touches the SDK's private parts (pinned 12.7.0); its tests (tests/central/test_store.py) check that it
+stores what submit_transaction stores and reads what query_entities reads.
 
 Operations (kind, entity, etag): "upsert" (merge, creating the row), "merge" / "replace" (the row
 must exist and carry `etag`: If-Match), "insert" (the row must not exist), "delete" (If-Match).
@@ -22,13 +25,19 @@ from urllib.parse import quote
 
 from azure.core.exceptions import HttpResponseError
 from azure.core.rest import HttpRequest
-from azure.data.tables import TableClient
-from azure.data.tables._serialize import _add_entity_properties, _prepare_key  # pinned SDK (12.7.0)
+from azure.data.tables import TableClient, TableEntity
+from azure.data.tables._deserialize import _convert_to_entity  # pinned SDK (12.7.0)
+from azure.data.tables._serialize import (  # pinned SDK (12.7.0)
+    _add_entity_properties,
+    _parameter_filter_substitution,
+    _prepare_key,
+)
 
 WireOp = Tuple[str, Dict[str, Any], Optional[str]]
 _SUBRESPONSE = re.compile(rb"HTTP/1\.1 (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n(.*?)(?=\r\n--|\Z)", re.DOTALL)
 _ETAG = re.compile(rb"^ETag:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
 _CONTENT_ID = re.compile(rb"^Content-ID:\s*(\d+)\s*$", re.MULTILINE | re.IGNORECASE)
+NEXT_PARTITION_KEY, NEXT_ROW_KEY = "x-ms-continuation-NextPartitionKey", "x-ms-continuation-NextRowKey"
 _METHODS = {"upsert": "PATCH", "merge": "PATCH", "replace": "PUT", "insert": "POST", "delete": "DELETE"}
 
 
@@ -134,4 +143,31 @@ def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
     transact(client, [("upsert", e, None) for e in entities])
 
 
-__all__ = ["HttpResponseError", "WireBatchError", "WireOp", "transact", "upsert_merge"]
+def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select: Optional[List[str]] = None,
+          per_page: int = 1000) -> List[TableEntity]:
+    """Every entity query_entities(filter_, parameters=...) yields, page after page: the same request and the
+    SDK's own conversion of each entity (_convert_to_entity), without the generated client's model
+    deserialisation of the answer first, which walked every property of every entity (~7 % of central's
+    CPU in a 100k wave, issue 24). Raises HttpResponseError when the service refuses the query."""
+    base = f"{client.scheme}://{client._primary_hostname}"
+    params = {"$filter": _parameter_filter_substitution(parameters, filter_), "$top": str(per_page)}
+    if select:
+        params["$select"] = ",".join(select)
+    headers = {"x-ms-version": client.api_version, "DataServiceVersion": "3.0",
+               "Accept": "application/json;odata=minimalmetadata"}
+    out: List[TableEntity] = []
+    while True:
+        request = HttpRequest("GET", f"{base}/{quote(client.table_name)}()", params=params, headers=headers)
+        response = client._client.send_request(request)
+        if response.status_code != 200:
+            raise HttpResponseError(message=f"query answered HTTP {response.status_code}: "
+                                            f"{response.text()[:300]}", response=response)
+        out.extend(_convert_to_entity(entity) for entity in response.json().get("value", []))
+        next_partition = response.headers.get(NEXT_PARTITION_KEY)
+        next_row = response.headers.get(NEXT_ROW_KEY)
+        if not next_partition and not next_row:
+            return out
+        params.update({"NextPartitionKey": next_partition or "", "NextRowKey": next_row or ""})
+
+
+__all__ = ["HttpResponseError", "WireBatchError", "WireOp", "query", "transact", "upsert_merge"]

@@ -205,9 +205,8 @@ class TableLog:
                          select: Optional[List[str]] = None) -> List[Tuple[Dict[str, Any], str]]:
         self.ensure_tables()
         try:
-            pages = self.client(table).query_entities(filter_, parameters=parameters or {},
-                                                      results_per_page=1000, select=select)
-            return [(dict(e), e.metadata.get("etag", "")) for e in pages]
+            found = batch_wire.query(self.client(table), filter_, parameters or {}, select)
+            return [(dict(e), e.metadata.get("etag", "")) for e in found]
         except AzureError as exc:
             raise StoreError(f"{self.name(table)} query failed: {exc}"[:500]) from exc
 

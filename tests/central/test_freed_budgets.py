@@ -102,7 +102,7 @@ def test_slots_freed_in_two_groups_in_one_call_go_to_a_waiter_of_each(env: Env, 
     # web's slot to E-b (its oldest waiter), db's to E-e: not both to web's two oldest (E-b, E-c)
     assert sorted((x.event_id, x.action) for x in ended.decisions) == [("E-b", "approve"), ("E-e", "approve")]
     assert states(svc) == {"E-b": "approving", "E-c": "waiting-budget", "E-e": "approving"}
-    assert len(env.messages(e.vm_id)) == 1 and not env.messages(c.vm_id)
+    assert len(env.messages(b.vm_id)) == len(env.messages(e.vm_id)) == 1 and not env.messages(c.vm_id)
 
 
 def test_each_freed_vm_lets_go_the_first_waiter_of_its_own_groups_for_every_budget_kind() -> None:

@@ -7,7 +7,8 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.core.exceptions import HttpResponseError
+from azure.data.tables import EdmType, TableServiceClient, UpdateMode
 
 from central.runtime.settings import CountingTransport
 from central.store import batch_wire
@@ -168,3 +169,38 @@ def test_a_lost_commit_leaves_the_cache_current_with_two_reads(azurite: processe
     assert set(mine.active) == {"E1"} and mine.head_seq == other.head_seq == 1
     mine.commit(Changes(events={"E2": EventRecord(event_id="E2", first_seen=now)}), now)  # current now
     assert mine.head_seq == 2
+
+
+def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Server) -> None:
+    """batch_wire.query (TableLog.query_with_etags) beside the SDK's query_entities: the same entities, value
+    types, ETags and metadata, page after page, with $select, and the same refusal of a bad filter."""
+    log = log_for(azurite)
+    client = log.client("State")
+    when = datetime(2026, 11, 21, 4, 32, 1, 123000, tzinfo=timezone.utc)
+    rows = [{"PartitionKey": "p", "RowKey": f"r{i:03d}'q", "Text": f"t {i} \u540d", "Int": i,
+             "Big": (2**40 + i, EdmType.INT64), "Float": 0.5 + i, "Bool": i % 2 == 0, "When": when,
+             "Guid": uuid.UUID(int=i), "Bytes": bytes([i % 256]) * 3, "Empty": ""} for i in range(23)]
+    for i in range(0, len(rows), 10):
+        batch_wire.transact(client, [("insert", row, None) for row in rows[i:i + 10]])
+
+    def sdk(filter_: str, parameters: dict, select: object = None, per_page: int = 1000) -> list:
+        found = client.query_entities(filter_, parameters=parameters, select=select,
+                                      results_per_page=per_page)
+        return [(dict(e), e.metadata) for e in found]
+
+    def wire(filter_: str, parameters: dict, select: object = None, per_page: int = 1000) -> list:
+        found = batch_wire.query(client, filter_, parameters, select, per_page)
+        return [(dict(e), e.metadata) for e in found]
+
+    every = ("PartitionKey eq @p and RowKey ge @lo", {"p": "p", "lo": "r"})
+    assert len(wire(*every)) == 23 and wire(*every) == sdk(*every)
+    assert wire(*every, per_page=5) == sdk(*every)  # five pages, continued by the service's tokens
+    assert wire(*every, select=["Int", "When"]) == sdk(*every, select=["Int", "When"])
+    keys = ("PartitionKey eq @p and ( RowKey eq @a or RowKey eq @b )", {"p": "p", "a": "r003'q", "b": "r999"})
+    assert [e["Int"] for e, _ in wire(*keys)] == [3] and wire(*keys) == sdk(*keys)
+    with pytest.raises(HttpResponseError) as refused_wire:
+        batch_wire.query(client, "PartitionKey eq", {})
+    with pytest.raises(HttpResponseError) as refused_sdk:
+        client.query_entities("PartitionKey eq").next()
+    assert refused_wire.value.status_code == refused_sdk.value.status_code == 400
+    assert log.query_with_etags("State", *keys) == [(e, m["etag"]) for e, m in sdk(*keys)]
