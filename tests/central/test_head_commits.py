@@ -112,3 +112,24 @@ def test_deciding_inside_a_plan_keeps_the_etags_the_plan_was_made_on(azurite: pr
     assert [vm.forwarder_version for vm in all_vms_over(mine, planned)()] == ["1.0"]
     with pytest.raises(Conflict):  # its cached ETag is still the one the plan was made on
         mine.commit(Changes(vms=planned), now)
+
+
+def test_a_name_a_cached_event_was_reported_under_costs_one_read(azurite: processes.Server) -> None:
+    """An instance that never read a name's binding tries the VM a cached event says reported under it: one
+    read (its VM row), not the name row then the VM row. A VM that lost the name since is not taken for it:
+    the name row names the holder."""
+    log = log_for(azurite)
+    writer, reader = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    writer.commit(Changes(vms={"v1": VmState("v1", "vm-1", last_seen=now),
+                               "v2": VmState("v2", "vm-2", last_seen=now, name_bound=False),
+                               "v3": VmState("v3", "vm-2", last_seen=now)},
+                          names={"vm-1": "v1", "vm-2": "v3"}), now)
+    writer.commit(Changes(events={"E1": EventRecord("E1", now, resources=["vm-1", "vm-2"],
+                                                    reported_by={"vm-1": "v1", "vm-2": "v2"})}), now)
+    reader.refresh()
+    reads = reader.reads
+    assert reader.vms_by_name(["vm-1"])["vm-1"].vm_id == "v1" and reader.reads == reads + 1
+    reads = reader.reads
+    assert reader.vms_by_name(["vm-2"])["vm-2"].vm_id == "v3"  # v2 reported E1 as vm-2, v3 holds it now
+    assert reader.reads == reads + 3  # v2's row (unbound), the name row, v3's row
