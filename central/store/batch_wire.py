@@ -23,7 +23,13 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
-from azure.core.exceptions import HttpResponseError
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    map_error,
+)
 from azure.core.rest import HttpRequest
 from azure.data.tables import TableClient, TableEntity
 from azure.data.tables._deserialize import _convert_to_entity  # pinned SDK (12.7.0)
@@ -38,6 +44,7 @@ _SUBRESPONSE = re.compile(rb"HTTP/1\.1 (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n(.*?)(?=\
 _ETAG = re.compile(rb"^ETag:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
 _CONTENT_ID = re.compile(rb"^Content-ID:\s*(\d+)\s*$", re.MULTILINE | re.IGNORECASE)
 NEXT_PARTITION_KEY, NEXT_ROW_KEY = "x-ms-continuation-NextPartitionKey", "x-ms-continuation-NextRowKey"
+_QUERY_ERRORS = {401: ClientAuthenticationError, 404: ResourceNotFoundError, 409: ResourceExistsError}
 _METHODS = {"upsert": "PATCH", "merge": "PATCH", "replace": "PUT", "insert": "POST", "delete": "DELETE"}
 
 
@@ -160,6 +167,7 @@ def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select:
         request = HttpRequest("GET", f"{base}/{quote(client.table_name)}()", params=params, headers=headers)
         response = client._client.send_request(request)
         if response.status_code != 200:
+            map_error(response.status_code, response, _QUERY_ERRORS)  # the SDK's types (404: no table)
             raise HttpResponseError(message=f"query answered HTTP {response.status_code}: "
                                             f"{response.text()[:300]}", response=response)
         out.extend(_convert_to_entity(entity) for entity in response.json().get("value", []))

@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
-from azure.core.exceptions import HttpResponseError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import EdmType, TableServiceClient, UpdateMode
 
 from central.runtime.settings import CountingTransport
@@ -203,4 +203,9 @@ def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Serve
     with pytest.raises(HttpResponseError) as refused_sdk:
         client.query_entities("PartitionKey eq").next()
     assert refused_wire.value.status_code == refused_sdk.value.status_code == 400
+    missing = log.service.get_table_client("missing" + uuid.uuid4().hex[:8])
+    with pytest.raises(ResourceNotFoundError):
+        batch_wire.query(missing, "PartitionKey eq 'p'", {})
+    with pytest.raises(ResourceNotFoundError):
+        missing.query_entities("PartitionKey eq 'p'").next()
     assert log.query_with_etags("State", *keys) == [(e, m["etag"]) for e, m in sdk(*keys)]
