@@ -127,10 +127,12 @@ def next_waiters(freed: Sequence[AbstractSet[str]],
     slots may let go, one per slot (slots freed in two groups go to a waiter of each, not to the two oldest
     waiters of one group)."""
     taken: List[str] = []
+    seen: Set[str] = set()  # (an event naming 1,000 VMs frees 1,000 at once)
     for groups in freed:
         for event_id, theirs in waiting:
-            if event_id not in taken and not theirs.isdisjoint(groups):
+            if event_id not in seen and not theirs.isdisjoint(groups):
                 taken.append(event_id)
+                seen.add(event_id)
                 break
     return taken
 

@@ -96,7 +96,8 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
     for rec in waiting:
         if fresh.get(rec.event_id):
             groups[rec.event_id] = groups_of(budgets, fresh[rec.event_id])
-            memo.remember(rec, groups[rec.event_id])
+            if len(fresh[rec.event_id]) == len(rec.resources):  # (a VM row missing: found again next call)
+                memo.remember(rec, groups[rec.event_id])
     sharing = in_order_of_first_sight(rec for rec in waiting if rec.event_id in groups
                                       and not groups[rec.event_id].isdisjoint(in_a_freed_group))
     chosen = set(next_waiters(freed_groups, [(rec.event_id, groups[rec.event_id]) for rec in sharing]))

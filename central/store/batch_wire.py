@@ -43,7 +43,8 @@ WireOp = Tuple[str, Dict[str, Any], Optional[str]]
 _SUBRESPONSE = re.compile(rb"HTTP/1\.1 (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n(.*?)(?=\r\n--|\Z)", re.DOTALL)
 _ETAG = re.compile(rb"^ETag:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
 _CONTENT_ID = re.compile(rb"^Content-ID:\s*(\d+)\s*$", re.MULTILINE | re.IGNORECASE)
-NEXT_PARTITION_KEY, NEXT_ROW_KEY = "x-ms-continuation-NextPartitionKey", "x-ms-continuation-NextRowKey"
+_CONTINUATION = {"NextPartitionKey": "x-ms-continuation-NextPartitionKey",
+                 "NextRowKey": "x-ms-continuation-NextRowKey"}
 _QUERY_ERRORS = {401: ClientAuthenticationError, 404: ResourceNotFoundError, 409: ResourceExistsError}
 _METHODS = {"upsert": "PATCH", "merge": "PATCH", "replace": "PUT", "insert": "POST", "delete": "DELETE"}
 
@@ -150,6 +151,10 @@ def upsert_merge(client: TableClient, entities: List[Dict[str, Any]]) -> None:
     transact(client, [("upsert", e, None) for e in entities])
 
 
+def _query_value(text: str) -> str:
+    return quote(text, safe="")
+
+
 def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select: Optional[List[str]] = None,
           per_page: int = 1000) -> List[TableEntity]:
     """Every entity query_entities(filter_, parameters=...) yields, page after page: the same request and the
@@ -157,9 +162,12 @@ def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select:
     deserialisation of the answer first, which walked every property of every entity (~7 % of central's
     CPU in a 100k wave, issue 24). Raises HttpResponseError when the service refuses the query."""
     base = f"{client.scheme}://{client._primary_hostname}"
-    params = {"$filter": _parameter_filter_substitution(parameters, filter_), "$top": str(per_page)}
+    # each value percent-encoded whole, as the SDK's request builder does (azure-core joins params as given:
+    # a key holding '&', '+' or '%27' would otherwise cut or rewrite the filter)
+    where = _parameter_filter_substitution(parameters, filter_)
+    params = {"$filter": _query_value(where), "$top": str(per_page)}
     if select:
-        params["$select"] = ",".join(select)
+        params["$select"] = _query_value(",".join(select))
     headers = {"x-ms-version": client.api_version, "DataServiceVersion": "3.0",
                "Accept": "application/json;odata=minimalmetadata"}
     out: List[TableEntity] = []
@@ -171,11 +179,14 @@ def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select:
             raise HttpResponseError(message=f"query answered HTTP {response.status_code}: "
                                             f"{response.text()[:300]}", response=response)
         out.extend(_convert_to_entity(entity) for entity in response.json().get("value", []))
-        next_partition = response.headers.get(NEXT_PARTITION_KEY)
-        next_row = response.headers.get(NEXT_ROW_KEY)
-        if not next_partition and not next_row:
+        tokens = {name: response.headers.get(header) for name, header in _CONTINUATION.items()}
+        if not any(tokens.values()):
             return out
-        params.update({"NextPartitionKey": next_partition or "", "NextRowKey": next_row or ""})
+        for name, token in tokens.items():  # only the tokens the service gave, as the SDK sends them
+            if token:
+                params[name] = _query_value(token)
+            else:
+                params.pop(name, None)
 
 
 __all__ = ["HttpResponseError", "WireBatchError", "WireOp", "query", "transact", "upsert_merge"]

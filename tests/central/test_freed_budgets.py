@@ -105,6 +105,29 @@ def test_slots_freed_in_two_groups_in_one_call_go_to_a_waiter_of_each(env: Env, 
     assert len(env.messages(b.vm_id)) == len(env.messages(e.vm_id)) == 1 and not env.messages(c.vm_id)
 
 
+def test_the_timer_reads_no_vm_rows_for_events_whose_verdict_stays(env: Env, hook: Hook) -> None:
+    """The timer's pass screens every active event on this instance's cached VM rows (live ones: a fresh
+    read would say the same) and reads fresh rows only for the events whose verdict changes."""
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    vms = [Vm(f"web-{i}", scale_set="web") for i in range(30)]
+    svc.handle_batch([body(v.heartbeat()) for v in vms]
+                     + [body(v.incarnation_env([event(f"E-{i:02d}", [v.name])])) for i, v in enumerate(vms)],
+                     now=T0)
+    assert sorted(states(svc).values()).count("waiting-budget") == 29
+    read_names: list = []
+    real = svc.state.vms_by_name
+    svc.state.vms_by_name = lambda names: read_names.extend(names) or real(names)  # type: ignore[method-assign]
+    assert svc.reevaluate(now=T0 + timedelta(seconds=60)) == []
+    assert read_names == []  # before: all 30 VMs' rows, every minute
+    # the approval runs out unanswered: the timer fails over on fresh rows, and the budget holds the rest
+    later = T0 + timedelta(minutes=3)
+    svc.handle_batch([body(v.heartbeat(later)) for v in vms], now=later)
+    decided = svc.reevaluate(now=later + timedelta(seconds=1))
+    assert [(d.event_id, d.action) for d in decided] == [("E-00", "failover")]
+    assert "web-0" in read_names  # the decision that commits was taken on its VM's fresh row
+    assert len(env.messages(vms[0].vm_id)) == 2
+
+
 def test_each_freed_vm_lets_go_the_first_waiter_of_its_own_groups_for_every_budget_kind() -> None:
     per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
     web1 = VmState("1", "web-1", scale_set="web", zone="1")

@@ -198,6 +198,13 @@ def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Serve
     assert wire(*every, select=["Int", "When"]) == sdk(*every, select=["Int", "When"])
     keys = ("PartitionKey eq @p and ( RowKey eq @a or RowKey eq @b )", {"p": "p", "a": "r003'q", "b": "r999"})
     assert [e["Int"] for e, _ in wire(*keys)] == [3] and wire(*keys) == sdk(*keys)
+    # keys the URL must carry whole: '&' would cut the filter, '%27' become a quote, '+' a space
+    odd = ["a&b", "a%27b", "a+b c", "a%b", "a=b;c", "ünï名"]
+    batch_wire.transact(client, [("insert", {"PartitionKey": "odd", "RowKey": k, "Key": k}, None)
+                                 for k in odd])
+    for key in odd:
+        one = ("PartitionKey eq @p and RowKey eq @k", {"p": "odd", "k": key})
+        assert [e["Key"] for e, _ in wire(*one)] == [key] and wire(*one) == sdk(*one)
     with pytest.raises(HttpResponseError) as refused_wire:
         batch_wire.query(client, "PartitionKey eq", {})
     with pytest.raises(HttpResponseError) as refused_sdk:
