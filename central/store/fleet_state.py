@@ -115,17 +115,6 @@ class FleetState(VmReads):
                 else:
                     self.active.pop(event_id, None)
 
-    def name_hints(self, names: Set[str]) -> Dict[str, str]:
-        """The vmIds that reported cached active events under these names (vms_by_name checks each)."""
-        found: Dict[str, str] = {}
-        if not names:
-            return found
-        for rec, _ in self.active.values():
-            for name, vm_id in rec.reported_by.items():
-                if name in names:
-                    found[name] = vm_id
-        return found
-
     def catch_up(self, also: Iterable[str] = ()) -> None:
         """Before planning: bring the cache to the current head, reading only the events changed since
         (the head's log; all active rows when it does not reach back), and the events `also`. Rows that

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
@@ -23,6 +24,7 @@ class VmReads:
     vms: Dict[str, Tuple[VmState, Optional[str]]]  # vmId -> (state, etag)
     names: Dict[str, Tuple[str, Optional[str]]]  # VM name -> (bound vmId, etag); read ones
     named: Dict[str, VmState]  # VM name -> its row as vms_by_name last read it
+    active: Dict[str, Tuple[EventRecord, str]]  # FleetState's cached active events
     reads: int
 
     def vm(self, vm_id: str) -> Optional[VmState]:
@@ -71,9 +73,16 @@ class VmReads:
         return self.names.get(name, ("", None))[0]
 
     def name_hints(self, names: Set[str]) -> Dict[str, str]:
-        """A vmId likely to hold each of these names, where one is known without a read (FleetState: the VMs
-        that reported its cached events under them); vms_by_name checks each on its VM row."""
-        return {}
+        """The vmIds that reported cached active events under these names: likely holders, known without a
+        read (vms_by_name checks each on its VM row)."""
+        found: Dict[str, str] = {}
+        if not names:
+            return found
+        for rec, _ in self.active.values():
+            for name, vm_id in rec.reported_by.items():
+                if name in names:
+                    found[name] = vm_id
+        return found
 
     def vms_by_name(self, names: Iterable[str]) -> Dict[str, VmState]:
         """The current rows of the VMs holding these names, read now (liveness any instance saw), by key:
