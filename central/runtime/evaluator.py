@@ -37,7 +37,7 @@ from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
-from .inline import WaiterGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
+from .inline import all_vms_over, candidates, freed_waiters, vms_by_name_over
 from .results import BatchResult, Decision
 from .vm_facts import reading_fewer
 
@@ -105,7 +105,6 @@ class Evaluator:
         self.config = config
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
-        self.waiter_groups = WaiterGroups()  # central.runtime.inline: kept between calls
 
     def view(self, now: datetime, candidates: List[EventRecord],
              planned: Optional[Changes] = None, screening: bool = False) -> FleetView:
@@ -178,8 +177,7 @@ class Evaluator:
         """Decide the events an uncommitted plan touched, on its working copies (central.runtime.inline):
         the decided copies replace the plan's, so one transaction commits both. None: nothing to decide."""
         found = candidates(changes, touched)
-        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now,
-                                self.waiter_groups)
+        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now)
         room = max(0, (MAX_OPS - changes.op_count()) // 2)  # an event row may take two operations
         later = {rec.event_id for rec in waiting[room:]}  # no room in this transaction: decided after it
         found = in_order_of_first_sight(found + waiting[:room])

@@ -19,7 +19,7 @@ the plan was made on those rows, and an ETag read later would let the commit ove
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
@@ -34,34 +34,11 @@ def candidates(changes: Changes, touched: Set[str]) -> List[EventRecord]:
     return in_order_of_first_sight(found)
 
 
-class WaiterGroups:
-    """The budget groups of each cached event waiting for a budget, kept while its cached record is the same
-    object (FleetState installs a new one whenever it re-reads or commits the row): the call that frees a
-    slot looks at every waiting event, thousands in a 100k wave, and most did not change since the last
-    call. A group found this way only chooses which waiters are decided now; the decision reads fresh."""
-
-    def __init__(self) -> None:
-        self._budgets: Tuple[Budget, ...] = ()
-        self._found: Dict[str, Tuple[EventRecord, FrozenSet[str]]] = {}
-
-    def known(self, budgets: Sequence[Budget], waiting: Sequence[EventRecord]) -> Dict[str, FrozenSet[str]]:
-        """The remembered groups of `waiting` (those whose record did not change); forgets the others."""
-        if tuple(budgets) != self._budgets:
-            self._budgets, self._found = tuple(budgets), {}
-        current = {rec.event_id: rec for rec in waiting}
-        self._found = {e: (rec, groups) for e, (rec, groups) in self._found.items() if current.get(e) is rec}
-        return {e: groups for e, (_, groups) in self._found.items()}
-
-    def remember(self, rec: EventRecord, groups: FrozenSet[str]) -> None:
-        self._found[rec.event_id] = (rec, groups)
-
-
-def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget], now: datetime,
-                  memo: Optional[WaiterGroups] = None) -> List[EventRecord]:
+def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
+                  now: datetime) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
     docstring), first seen first, at most one per VM freed and from its own groups. Group facts come from
-    the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key;
-    `memo` keeps them between calls."""
+    the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -84,22 +61,16 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
     in_a_freed_group = frozenset().union(*freed_groups)
     waiting = [rec for rec, _ in state.active.values()
                if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events]
-    memo = memo if memo is not None else WaiterGroups()
-    groups = memo.known(budgets, waiting)
-    fresh = {rec.event_id: rows(rec) for rec in waiting if rec.event_id not in groups}
+    vms_of = {rec.event_id: rows(rec) for rec in waiting}
     # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
     # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
-    unknown = [rec for rec in waiting if rec.event_id in fresh and not fresh[rec.event_id]]
+    unknown = [rec for rec in waiting if not vms_of[rec.event_id]]
     if unknown:
         state.load_vms({v for rec in unknown for v in rec.reported_by.values()} - set(changes.vms))
-        fresh.update({rec.event_id: rows(rec) for rec in unknown})
-    for rec in waiting:
-        if fresh.get(rec.event_id):
-            groups[rec.event_id] = groups_of(budgets, fresh[rec.event_id])
-            if len(fresh[rec.event_id]) == len(rec.resources):  # (a VM row missing: found again next call)
-                memo.remember(rec, groups[rec.event_id])
-    sharing = in_order_of_first_sight(rec for rec in waiting if rec.event_id in groups
-                                      and not groups[rec.event_id].isdisjoint(in_a_freed_group))
+        vms_of.update({rec.event_id: rows(rec) for rec in unknown})
+    groups = {rec.event_id: groups_of(budgets, vms_of[rec.event_id]) for rec in waiting}
+    sharing = in_order_of_first_sight(rec for rec in waiting
+                                      if not groups[rec.event_id].isdisjoint(in_a_freed_group))
     chosen = set(next_waiters(freed_groups, [(rec.event_id, groups[rec.event_id]) for rec in sharing]))
     return [rec for rec in sharing if rec.event_id in chosen]
 

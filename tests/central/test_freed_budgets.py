@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from central.model.clone import clone_event
-from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.policy.budgets import Budget, groups_of, next_waiters
-from central.runtime.inline import WaiterGroups
 from central.runtime.service import CentralService
 
 from .conftest import Env, Hook
@@ -150,20 +147,3 @@ def test_each_freed_vm_lets_go_the_first_waiter_of_its_own_groups_for_every_budg
     assert chosen([per_set], [web1, db4]) == ["E-web", "E-db"]
     assert chosen([per_set], [web1, VmState("8", "web-8", scale_set="web")]) == ["E-web", "E-web3"]
     assert chosen([], [web1]) == [] and chosen([per_set], [lone]) == []
-
-
-def test_waiter_groups_are_remembered_only_while_the_cached_record_is_the_same() -> None:
-    per_set, per_zone = Budget("s", "scaleSet", "", 1), Budget("z", "zone", "", 1)
-    rec = EventRecord("E-web", T0, resources=["web-2"], state="waiting-budget")
-    memo = WaiterGroups()
-    assert memo.known([per_set], [rec]) == {}
-    memo.remember(rec, frozenset({"s:web"}))
-    assert memo.known([per_set], [rec]) == {"E-web": {"s:web"}}
-    # the cache re-read the row (a new record): its groups are found again
-    assert memo.known([per_set], [clone_event(rec)]) == {}
-    memo.remember(rec, frozenset({"s:web"}))
-    # the event is no longer waiting: forgotten, also when it waits again with the same record
-    assert memo.known([per_set], []) == {} and memo.known([per_set], [rec]) == {}
-    memo.remember(rec, frozenset({"s:web"}))
-    # another policy's budgets: nothing remembered holds
-    assert memo.known([per_set, per_zone], [rec]) == {}
