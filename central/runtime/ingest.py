@@ -218,25 +218,19 @@ class Ingest:
         return self._commit_segment([Item(bad, item.received)], now, result)
 
     def _prepare(self, segment: List[Item]) -> None:
-        """Read what planning needs and the cache lacks: unknown VMs; events when any may change."""
+        """Read what planning needs and the cache lacks (unknown VMs and their names; the events changed since
+        the cached head when any may change, and the ended rows of the reported ones), most in one query."""
         envs = [i.parsed for i in segment if isinstance(i.parsed, Envelope)]
-        self.state.load_vms([e.vm_id for e in envs if self.state.vm(e.vm_id) is None])
-        unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
-        if unbound:  # a VM seen for the first time (or one that lost its name): who holds its name?
-            self.state.load_names(unbound)
-            holders = [self.state.bound_vm(n) for n in unbound]
-            self.state.load_vms([h for h in holders if h and self.state.vm(h) is None])
-        if any(
-            isinstance(i.parsed, Envelope) and i.parsed.type in (INCARNATION, APPROVAL_RESULT)
-            for i in segment
-        ):
-            self.state.catch_up()  # what changed since the cached head: a plan on stale rows loses its race
-        self.state.forget_absent()
         reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
                     for event in (e.data.get("document") or {}).get("Events") or []
                     if isinstance(event, dict)]
-        if reported:  # the ended rows of events not active, in a few queries instead of a read each
-            self.state.prefetch_ended(reported)
+        # what changed since the cached head: a plan on stale rows loses its race
+        may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
+        self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change)
+        unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
+        if unbound:  # a VM seen for the first time (or one that lost its name): the holder of its name
+            holders = [self.state.bound_vm(n) for n in unbound]
+            self.state.load_vms([h for h in holders if h and self.state.vm(h) is None])
 
     def _after(self, plan: Plan, seq: int, now: datetime, result: BatchResult) -> None:
         self.owed |= plan.owed

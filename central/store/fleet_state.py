@@ -27,20 +27,19 @@ from central.store import state_rows as rows
 
 from . import head_log
 from .changes import Changes
+from .event_reads import EventReads
 from .int64 import plain
 from .tables import Conflict, Op, TableLog
-from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads, chunks
+from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads
 
 __all__ = ["EVENTS_PER_COMMIT", "KEYS_PER_QUERY", "Changes", "FleetState"]
 
 log = logging.getLogger("central.state")  # stable: docs and queries select on it
 
 EVENTS_PER_COMMIT = 45  # events changed in one transaction: at most 2 operations each, plus the head
-ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
-CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, up to max(this, active / 4)
 
 
-class FleetState(VmReads):
+class FleetState(EventReads, VmReads):
     def __init__(self, log_store: TableLog) -> None:
         self.store = log_store
         self.vms: Dict[str, Tuple[VmState, Optional[str]]] = {}  # vmId -> (state, etag)
@@ -66,74 +65,71 @@ class FleetState(VmReads):
         if force or not self.loaded:
             self._reload_active()
             return True
-        # a range, not `RowKey eq a or RowKey eq b` (which the service answers by scanning the partition):
-        # no row kind sorts between 'book' and 'head' (state_rows.ROW_KINDS; a test holds it)
-        found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
-            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
-        )
-        self.reads += 1
-        etags = {entity.get("RowKey"): etag for entity, etag in found}
-        if etags.get(rows.HEAD) == self.head_etag and etags.get(rows.BOOK) == self.book_etag:
+        head, etag, book = self._read_head()
+        if etag == self.head_etag and book == self.book_etag:
             return False
-        head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
-        if etags.get(rows.BOOK) != self.book_etag or not self._catch_up(head, etags.get(rows.HEAD)):
+        if book != self.book_etag or not self._catch_up(head, etag):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
     def _catch_up(self, head: Optional[dict], etag: Optional[str], also: Iterable[str] = ()) -> bool:
         """Bring the active cache to `head` (read now) by reading only the events its log says changed since
         the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
-        if head is None:
-            return False
-        seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
-        moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
-        changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
-        if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
-            self.catch_ups["all"] += 1  # (many changed: one read of every active row costs less)
+        changed = self._changed_since(head, etag)
+        if changed is None or head is None:
             return False
         self._read_events(changed | set(also))
-        self.head_seq, self.head_etag, self.head_log = seq, etag, log_now
-        self.catch_ups["changed"] += 1
+        self._at_head(head, etag)
         return True
 
-    def _read_events(self, event_ids: Iterable[str]) -> None:
-        """Re-read these events' active rows (14 keys per query) into the cache; an event with none has
-        ended (its ended row is read when asked for: find_event, prefetch_ended)."""
-        for chunk in chunks(sorted(set(event_ids)), KEYS_PER_QUERY):
-            params = {f"k{i}": rows.event_key(e, active=True) for i, e in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-            found = self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {where} )", params)
-            self.reads += 1
-            active = {rec.event_id: (rec, etag) for rec, etag in
-                      ((rows.event_from_entity(entity), etag) for entity, etag in found)}
-            for event_id in chunk:
-                self._absent.discard(event_id)
-                if event_id in active:
-                    self.active[event_id] = active[event_id]
-                else:
-                    self.active.pop(event_id, None)
-
     def catch_up(self, also: Iterable[str] = ()) -> None:
-        """Before planning: bring the cache to the current head, reading only the events changed since
-        (the head's log; all active rows when it does not reach back), and the events `also`. Rows that
-        bookkeeping rewrote are not re-read (a decision about another event does not read what it
-        writes): their ETags make a commit on them fail, which re-reads them; `refresh` still sees the
-        book moved and reads everything for the views and the timer."""
+        """Bring the cache to the current head, reading only the events changed since (the head's log; all
+        active rows when it does not reach back), and the events `also`. Rows that bookkeeping rewrote are
+        not re-read (a decision about another event does not read what it writes): their ETags make a commit
+        on them fail, which re-reads them; `refresh` still sees the book moved and reads everything for the
+        views and the timer."""
         if not self.loaded:
             self.refresh()
             return
-        found = self.store.query_with_etags(
-            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
-            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
-        )
-        self.reads += 1
-        head, etag = next(((e, t) for e, t in found if e.get("RowKey") == rows.HEAD), (None, None))
+        head, etag, _ = self._read_head()
         if etag == self.head_etag and not also:
             return
         if not self._catch_up(head, etag, also):
             self._reload_active()
+
+    def read_for_plan(self, vm_names: Dict[str, str], reported: Iterable[str],
+                      events_may_change: bool) -> None:
+        """What planning a segment reads, in one query after the head's for most segments: `catch_up` (when
+        `events_may_change`), the rows of VMs not cached (`vm_names`: vmId -> the name it reports) and the
+        name rows of those and of cached VMs not bound to their names, and the ended rows of `reported`
+        events neither active nor remembered ended (`prefetch_ended`). A name row read for a VM whose row
+        turns out bound costs nothing more: it rides in the same query."""
+        changed: Set[str] = set()
+        at: Optional[Tuple[dict, Optional[str]]] = None
+        if events_may_change and not self.loaded:
+            self.refresh()
+        elif events_may_change:
+            head, etag, _ = self._read_head()
+            if etag != self.head_etag:
+                found_changed = self._changed_since(head, etag)
+                if found_changed is None or head is None:
+                    self._reload_active()
+                else:
+                    changed, at = found_changed, (head, etag)
+        self.forget_absent()
+        unknown = {v for v in vm_names if v not in self.vms}
+        names = {n for v, n in vm_names.items()
+                 if (v in unknown or not self.vms[v][0].name_bound) and n not in self.names}
+        ended = {e for e in reported if e not in self.ended and (e not in self.active or e in changed)}
+        found = self.read_rows([rows.vm_key(v) for v in unknown] + [rows.name_key(n) for n in names]
+                               + [rows.event_key(e, active=True) for e in changed]
+                               + [rows.event_key(e, active=False) for e in ended])
+        self.install_vms(unknown, found)
+        self.install_names(names, found)
+        self._install_active(changed, found)
+        self._install_ended(ended, found)
+        if at is not None:
+            self._at_head(*at)
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
@@ -184,59 +180,6 @@ class FleetState(VmReads):
         else:
             self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
             self.head_log = head_log.read(got[0])
-
-    def prefetch_ended(self, event_ids: Iterable[str]) -> None:
-        """Read the ended rows of these events (14 keys per query) and remember which have none: the
-        find_event calls of one planning attempt then cost no point read each. The absence is valid for
-        this attempt only (`forget_absent`): an event created and ended meanwhile moves the head, so the
-        attempt's commit fails and the next attempt reads again."""
-        wanted = sorted({e for e in event_ids if e not in self.active and e not in self.ended})
-        for chunk in chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.event_key(e, active=False) for i, e in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-            found = set()
-            for entity, _ in self.store.query_with_etags(TABLE, f"PartitionKey eq @p and ( {keys} )", params):
-                rec = rows.event_from_entity(entity)
-                self._remember_ended(rec)
-                found.add(rec.event_id)
-            self.reads += 1
-            self._absent.update(set(chunk) - found)
-
-    def forget_absent(self) -> None:
-        self._absent = set()
-
-    def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
-        """(record, active) for a known event: the active cache, else an ended one (a late report of an
-        event that ended any time ago is recognised), else (None, False): new."""
-        if event_id in self.active:
-            return self.active[event_id][0], True
-        if event_id in self.ended:
-            self.ended.move_to_end(event_id)
-            return self.ended[event_id], False
-        if event_id in self._absent:
-            return None, False
-        got = self.store.get(TABLE, rows.PARTITION, rows.event_key(event_id, active=False))
-        self.reads += 1
-        if got is None:
-            return None, False
-        rec = rows.event_from_entity(got[0])
-        self._remember_ended(rec)
-        return rec, False
-
-    def find_event_any_case(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
-        """find_event for an id an operator typed: Azure's EventIds are upper-case GUIDs, people paste
-        them in any case."""
-        for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
-            rec, active = self.find_event(candidate)
-            if rec is not None:
-                return rec, active
-        return None, False
-
-    def _remember_ended(self, rec: EventRecord) -> None:
-        self.ended[rec.event_id] = rec
-        while len(self.ended) > ENDED_CACHE:
-            self.ended.popitem(last=False)
 
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""

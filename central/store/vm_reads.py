@@ -1,4 +1,5 @@
-"""The State table's VM and name rows, read into FleetState's cache (a mixin of central.store.fleet_state)."""
+"""The State table's rows read by key (VM and name rows, and any kinds mixed in one query: `read_rows`), into
+FleetState's cache (a mixin of central.store.fleet_state)."""
 
 from __future__ import annotations
 
@@ -31,42 +32,44 @@ class VmReads:
         found = self.vms.get(vm_id)
         return found[0] if found else None
 
-    def load_vms(self, vm_ids: Iterable[str], force: bool = False) -> None:
-        """Read the VM rows not cached (or all of them, `force`), 14 keys per query."""
-        wanted = sorted({v for v in vm_ids if force or v not in self.vms})
-        for chunk in chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.vm_key(v) for i, v in enumerate(chunk)}
+    def read_rows(self, keys: Iterable[str]) -> Dict[str, Tuple[dict, Optional[str]]]:
+        """State rows by RowKey, any kinds mixed, 14 keys per query: RowKey -> (entity, etag) for those found.
+        One query for most callers, whatever the kinds (they share the fleet's partition)."""
+        found: Dict[str, Tuple[dict, Optional[str]]] = {}
+        for chunk in chunks(sorted(set(keys)), KEYS_PER_QUERY):
+            params = {f"k{i}": k for i, k in enumerate(chunk)}
             params["p"] = rows.PARTITION
-            filter_ = (
-                "PartitionKey eq @p and ( "
-                + " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-                + " )"
-            )
-            found = {
-                e["VmId"]: (rows.vm_from_entity(e), etag)
-                for e, etag in self.store.query_with_etags(TABLE, filter_, params)
-            }
+            where = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
+            # spaces around the keys: the SDK substitutes @names word by word
+            query = f"PartitionKey eq @p and ( {where} )"
+            for entity, etag in self.store.query_with_etags(TABLE, query, params):
+                found[entity["RowKey"]] = (entity, etag)
             self.reads += 1
-            for vm_id in chunk:
-                if vm_id in found:
-                    self.vms[vm_id] = found[vm_id]
-                else:
-                    self.vms.pop(vm_id, None)
+        return found
+
+    def load_vms(self, vm_ids: Iterable[str], force: bool = False) -> None:
+        """Read the VM rows not cached (or all of them, `force`)."""
+        wanted = {v for v in vm_ids if force or v not in self.vms}
+        self.install_vms(wanted, self.read_rows(rows.vm_key(v) for v in wanted))
+
+    def install_vms(self, vm_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+        """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached."""
+        for vm_id in vm_ids:
+            got = found.get(rows.vm_key(vm_id))
+            if got is not None:
+                self.vms[vm_id] = (rows.vm_from_entity(got[0]), got[1])
+            else:
+                self.vms.pop(vm_id, None)
 
     def load_names(self, names: Iterable[str], force: bool = False) -> None:
-        """Read the name bindings not cached (or all, `force`), 14 keys per query; an unbound name is
-        cached as ("", None)."""
-        wanted = sorted({n for n in names if force or n not in self.names})
-        for chunk in chunks(wanted, KEYS_PER_QUERY):
-            params = {f"k{i}": rows.name_key(n) for i, n in enumerate(chunk)}
-            params["p"] = rows.PARTITION
-            keys = " or ".join(f"RowKey eq @k{i}" for i in range(len(chunk)))
-            filter_ = f"PartitionKey eq @p and ( {keys} )"  # spaces: the SDK substitutes @names word by word
-            rows_found = self.store.query_with_etags(TABLE, filter_, params)
-            found = {e["VmName"]: (e["VmId"], etag) for e, etag in rows_found}
-            self.reads += 1
-            for name in chunk:
-                self.names[name] = found.get(name, ("", None))
+        """Read the name bindings not cached (or all, `force`); an unbound name is cached as ("", None)."""
+        wanted = {n for n in names if force or n not in self.names}
+        self.install_names(wanted, self.read_rows(rows.name_key(n) for n in wanted))
+
+    def install_names(self, names: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+        for name in names:
+            got = found.get(rows.name_key(name))
+            self.names[name] = (got[0]["VmId"], got[1]) if got is not None else ("", None)
 
     def bound_vm(self, name: str) -> str:
         """The vmId bound to `name` ('' when unbound); load_names first."""

@@ -123,6 +123,32 @@ def test_bookkeeping_is_read_by_refresh_not_by_catch_up(log: TableLog) -> None:
     assert two.refresh() and cache(two) == scanned(log)  # refresh: the book moved, all re-read
 
 
+def test_planning_reads_changed_events_new_vms_names_and_ended_rows_in_one_query(log: TableLog) -> None:
+    """read_for_plan: after the head's read, one query holds every kind a planning attempt needs (issue 24
+    item 4: it was up to four, one per kind), and the cache ends as the separate reads would leave it."""
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    one.commit(Changes(events={e: EventRecord(event_id=e, first_seen=now) for e in ("E1", "E2")}), now)
+    two.refresh()
+    changed, ended = one.active["E1"][0], one.active["E2"][0]
+    changed.state = "approving"
+    ended.end_stale(now)
+    vm = VmState("v1", "n1")
+    vm.name_bound = True
+    one.commit(Changes(events={"E1": changed, "E2": ended}, vms={"v1": vm}, names={"n1": "v1"}), now)
+    before = two.reads
+    two.read_for_plan({"v1": "n1", "v2": "n2"}, ["E2", "E9"], events_may_change=True)
+    assert two.reads - before == 2  # the head, then o:E1 o:E2 x:E2 x:E9 vm:v1 vm:v2 n:n1 n:n2 in one query
+    assert cache(two) == scanned(log) and two.head_etag == one.head_etag
+    assert two.vm("v1") is not None and two.vm("v2") is None
+    assert two.bound_vm("n1") == "v1" and two.bound_vm("n2") == ""
+    assert two.find_event("E2")[0] is not None and two.find_event("E9") == (None, False)
+    assert two.reads - before == 2  # E2's ended row was read with the rest, E9's absence remembered
+    two.read_for_plan({"v1": "n1"}, [], events_may_change=False)
+    assert two.reads - before == 2  # nothing new to read: no query at all
+
+
 def test_a_reader_too_far_behind_reads_every_active_row(log: TableLog) -> None:
     one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
     now = datetime.now(timezone.utc)

@@ -1,0 +1,130 @@
+"""The State table's event rows and head, read into FleetState's cache (a mixin of central.store.fleet_state):
+the head and what its log says changed, active rows by key, ended rows (prefetched for a planning attempt, or
+read one at a time), and finding an event in either."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Dict, Iterable, Optional, Set, Tuple
+
+from central.model.events import EventRecord
+from central.store import state_rows as rows
+
+from . import head_log
+from .int64 import plain
+from .tables import TableLog
+from .vm_reads import TABLE
+
+ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
+CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, up to max(this, active / 4)
+
+
+class EventReads:
+    store: TableLog
+    active: Dict[str, Tuple[EventRecord, str]]  # EventId -> (record, etag of its o: row)
+    ended: OrderedDict[str, EventRecord]
+    head_seq: int
+    head_etag: Optional[str]
+    head_log: Optional[head_log.Log]
+    catch_ups: Dict[str, int]
+    reads: int
+    _absent: Set[str]
+    read_rows: Callable[[Iterable[str]], Dict[str, Tuple[dict, Optional[str]]]]  # central.store.vm_reads
+
+    def _read_head(self) -> Tuple[Optional[dict], Optional[str], Optional[str]]:
+        """(head entity, its etag, the book's etag), read now in one query."""
+        # a range, not `RowKey eq a or RowKey eq b` (which the service answers by scanning the partition):
+        # no row kind sorts between 'book' and 'head' (state_rows.ROW_KINDS; a test holds it)
+        found = self.store.query_with_etags(
+            TABLE, "PartitionKey eq @p and RowKey ge @book and RowKey le @head",
+            {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
+        )
+        self.reads += 1
+        etags = {entity.get("RowKey"): etag for entity, etag in found}
+        head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
+        return head, etags.get(rows.HEAD), etags.get(rows.BOOK)
+
+    def _changed_since(self, head: Optional[dict], etag: Optional[str]) -> Optional[Set[str]]:
+        """The events the head (read now) says changed since the head this cache holds; None when its log
+        does not reach back, or names so many that one read of every active row costs less."""
+        if head is None:
+            return None
+        seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
+        moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
+        changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
+        if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
+            self.catch_ups["all"] += 1
+            return None
+        return changed
+
+    def _at_head(self, head: dict, etag: Optional[str]) -> None:
+        """The cache now holds every event as of `head` (its changed events were read)."""
+        self.head_seq, self.head_etag = int(plain(head.get("Seq"), 0)), etag
+        self.head_log = head_log.read(head)
+        self.catch_ups["changed"] += 1
+
+    def _read_events(self, event_ids: Iterable[str]) -> None:
+        """Re-read these events' active rows into the cache; an event with none has ended (its ended row is
+        read when asked for: find_event, prefetch_ended)."""
+        wanted = set(event_ids)
+        self._install_active(wanted, self.read_rows(rows.event_key(e, active=True) for e in wanted))
+
+    def _install_active(self, event_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+        for event_id in event_ids:
+            self._absent.discard(event_id)
+            got = found.get(rows.event_key(event_id, active=True))
+            if got is not None:
+                self.active[event_id] = (rows.event_from_entity(got[0]), got[1] or "")
+            else:
+                self.active.pop(event_id, None)
+
+    def prefetch_ended(self, event_ids: Iterable[str]) -> None:
+        """Read the ended rows of these events (14 keys per query) and remember which have none: the
+        find_event calls of one planning attempt then cost no point read each. The absence is valid for
+        this attempt only (`forget_absent`): an event created and ended meanwhile moves the head, so the
+        attempt's commit fails and the next attempt reads again."""
+        wanted = {e for e in event_ids if e not in self.active and e not in self.ended}
+        self._install_ended(wanted, self.read_rows(rows.event_key(e, active=False) for e in wanted))
+
+    def _install_ended(self, event_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+        for event_id in event_ids:
+            got = found.get(rows.event_key(event_id, active=False))
+            if got is not None:
+                self._remember_ended(rows.event_from_entity(got[0]))
+            else:
+                self._absent.add(event_id)
+
+    def forget_absent(self) -> None:
+        self._absent = set()
+
+    def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
+        """(record, active) for a known event: the active cache, else an ended one (a late report of an
+        event that ended any time ago is recognised), else (None, False): new."""
+        if event_id in self.active:
+            return self.active[event_id][0], True
+        if event_id in self.ended:
+            self.ended.move_to_end(event_id)
+            return self.ended[event_id], False
+        if event_id in self._absent:
+            return None, False
+        got = self.store.get(TABLE, rows.PARTITION, rows.event_key(event_id, active=False))
+        self.reads += 1
+        if got is None:
+            return None, False
+        rec = rows.event_from_entity(got[0])
+        self._remember_ended(rec)
+        return rec, False
+
+    def find_event_any_case(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
+        """find_event for an id an operator typed: Azure's EventIds are upper-case GUIDs, people paste
+        them in any case."""
+        for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
+            rec, active = self.find_event(candidate)
+            if rec is not None:
+                return rec, active
+        return None, False
+
+    def _remember_ended(self, rec: EventRecord) -> None:
+        self.ended[rec.event_id] = rec
+        while len(self.ended) > ENDED_CACHE:
+            self.ended.popitem(last=False)
