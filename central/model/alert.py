@@ -46,3 +46,9 @@ class Delivery:
     attempts: int
     error: str = ""
     http_status: Optional[int] = None
+    logged: bool = False  # no webhook is configured: the log line and the Alerts row are its only channel
+
+    @property
+    def outcome(self) -> str:
+        """sent | logged | failed (the se.alerts metric's, the Alerts row's)."""
+        return "sent" if self.sent else "logged" if self.logged else "failed"

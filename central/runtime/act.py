@@ -223,9 +223,11 @@ class Actor:
     def _post(self, alert: Alert, result: BatchResult) -> Delivery:
         alert.rounds += 1
         delivery = self.alerter.send(alert)
-        metrics.alert(alert.kind, delivery.sent)
+        metrics.alert(alert.kind, delivery.outcome)
         if delivery.sent:
             result.alerts_sent += 1
+        elif delivery.logged:
+            result.alerts_logged += 1
         else:
             result.alerts_failed += 1
         return delivery

@@ -52,6 +52,7 @@ class BatchResult:
     decisions: List[Decision] = field(default_factory=list)
     approvals_sent: int = 0
     alerts_sent: int = 0
+    alerts_logged: int = 0  # no webhook configured: delivered to the log only
     alerts_failed: int = 0
     transactions: int = 0
     conflicts: int = 0  # lost races, re-read and decided again
@@ -73,6 +74,7 @@ COUNTERS = (
     "downgrades",
     "approvals",
     "alertsSent",
+    "alertsLogged",
     "alertsFailed",
     "storeErrors",
     "conflicts",

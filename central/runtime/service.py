@@ -347,6 +347,7 @@ class CentralService:
         self.sender_auth.downgraded(result.downgrades)
         c["approvals"] += result.approvals_sent
         c["alertsSent"] += result.alerts_sent
+        c["alertsLogged"] += result.alerts_logged
         c["alertsFailed"] += result.alerts_failed
         c["conflicts"] += result.conflicts
 

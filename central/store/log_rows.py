@@ -181,7 +181,7 @@ def alert_entity(alert: Alert, delivery: Optional[Delivery], fmt: str) -> Dict[s
     if delivery is not None:
         entity.update({"Sent": delivery.sent, "Attempts": delivery.attempts, "Rounds": alert.rounds,
                        "Error": delivery.error[:1000], "HttpStatus": delivery.http_status,
-                       "GivenUp": not delivery.sent})
+                       "GivenUp": delivery.outcome == "failed", "Outcome": delivery.outcome})
     put_json(entity, "Facts", alert.facts)
     return {k: v for k, v in entity.items() if v is not None}
 

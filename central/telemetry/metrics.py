@@ -163,10 +163,10 @@ class CentralMetrics:
         log.log(level, APPROVAL_MARKER, _word(event_id), _word(event_type), outcome, _word(vm_id),
                 "-" if latency is None else f"{latency:.3f}")
 
-    def alert(self, kind: str, sent: bool) -> None:
-        outcome = "sent" if sent else "failed"
+    def alert(self, kind: str, outcome: str) -> None:
+        """outcome: sent, logged (no webhook configured: the default, not a failure) or failed."""
         self._alerts.add(1, {"kind": self._alert_kind(kind), "outcome": outcome})
-        log.log(logging.INFO if sent else logging.WARNING, ALERT_MARKER, _word(kind), outcome)
+        log.log(logging.WARNING if outcome == "failed" else logging.INFO, ALERT_MARKER, _word(kind), outcome)
 
     def store_error(self, operation: str) -> None:
         self._store_errors.add(1, {"operation": self._operation(operation)})
@@ -279,8 +279,8 @@ def approval_failed_over(*, event_id: str, event_type: str, from_vm_id: str) -> 
     _active.approval_failed_over(event_id=event_id, event_type=event_type, from_vm_id=from_vm_id)
 
 
-def alert(kind: str, sent: bool) -> None:
-    _active.alert(kind, sent)
+def alert(kind: str, outcome: str) -> None:
+    _active.alert(kind, outcome)
 
 
 def store_error(operation: str) -> None:

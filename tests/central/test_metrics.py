@@ -55,8 +55,9 @@ def test_a_demo_like_run_emits_the_documented_names_and_attributes(
         metrics.approval_failed_over(event_id="E3", event_type="Reboot", from_vm_id="vm-2")
         metrics.approval_result(False, event_id="E3", event_type="Reboot", vm_id="vm-3", sent_at=None,
                                 result_at=T0)
-        metrics.alert("event-status", sent=True)
-        metrics.alert("outbox-dropped", sent=False)
+        metrics.alert("event-status", "sent")
+        metrics.alert("outbox-dropped", "failed")
+        metrics.alert("event-status", "logged")
         metrics.store_error("commit")
     got = points(reader)
     assert set(got) == set(metrics.METRIC_NAMES)
@@ -68,7 +69,7 @@ def test_a_demo_like_run_emits_the_documented_names_and_attributes(
     assert sorted((a["outcome"], v) for a, v in got[metrics.APPROVALS]) == \
         [("confirmed", 1), ("failed", 1), ("failed_over", 1), ("sent", 1)]
     assert sorted((a["kind"], a["outcome"], v) for a, v in got[metrics.ALERTS]) == \
-        [("event-status", "sent", 1), ("outbox-dropped", "failed", 1)]
+        [("event-status", "logged", 1), ("event-status", "sent", 1), ("outbox-dropped", "failed", 1)]
     assert got[metrics.STORE_ERRORS] == [({"operation": "commit"}, 1)]
     ((attrs, decision_latency),) = got[metrics.DECISION_LATENCY]
     assert attrs == {"event_type": "Freeze"} and decision_latency.count == 1 and decision_latency.sum == 2.0

@@ -303,6 +303,28 @@ def test_webhook_down_is_retried_recorded_and_never_blocks(env: Env, hook: Hook)
     assert len(hook.alerts()) == 2
 
 
+def test_no_webhook_the_default_logs_each_alert_and_calls_none_a_failure(
+    env: Env, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ALERT_WEBHOOK_URL empty (infra's default): the alert's text is logged and its Alerts row written, as a
+    delivery to the log, not a failure: no failed counter, no warning-level se.alert line, GivenUp false."""
+    svc = env.service(ALERT_WEBHOOK_URL="")
+    a = Vm("vm-a")
+    caplog.set_level("INFO")
+    result = svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-log", ["vm-a"])]))],
+                              now=T0)
+    assert result.alerts_logged >= 1 and result.alerts_failed == 0 and result.alerts_sent == 0
+    assert hook.attempts() == 0
+    row = next(r for r in env.rows("Alerts") if r["EventId"] == "E-log")
+    assert (row["Sent"], row["GivenUp"], row["Outcome"]) == (False, False, "logged")
+    markers = [r for r in caplog.records if r.getMessage().startswith("se.alert ")]
+    assert markers
+    assert all(r.levelname == "INFO" and r.getMessage().endswith("outcome=logged") for r in markers)
+    assert any("alert (no webhook configured)" in r.getMessage() and "E-log" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+    assert svc.counters["alertsLogged"] == result.alerts_logged and svc.counters["alertsFailed"] == 0
+
+
 def test_webhook_unreachable_is_bounded(env: Env, hook: Hook) -> None:
     dead = env.service(ALERT_WEBHOOK_URL="http://127.0.0.1:9/", ALERT_MAX_ATTEMPTS="2")
     b = Vm("vm-b")

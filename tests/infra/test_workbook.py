@@ -144,7 +144,7 @@ def recorded() -> Iterator[Dict[str, Set[str]]]:
         metrics.approval_sent(event_id="E", event_type="Freeze", vm_id="v", first_seen=t0, sent_at=t0)
         metrics.approval_result(True, event_id="E", event_type="Freeze", vm_id="v", sent_at=t0,
                                 result_at=t0 + timedelta(seconds=1))
-        metrics.alert("event-status", True)
+        metrics.alert("event-status", "sent")
         metrics.store_error("commit")
         keys: Dict[str, Set[str]] = {}
         for resource in reader.get_metrics_data().resource_metrics:
@@ -190,7 +190,7 @@ def test_the_real_marker_lines_match_the_queries(caplog: pytest.LogCaptureFixtur
             metrics.approval_sent(event_id="C7061BAC-AFDC", event_type="Reboot", vm_id="02aab8a4-74ef",
                                   first_seen=t0, sent_at=t0 + timedelta(seconds=2.5))
             metrics.quarantine("forwarder", "02aab8a4-74ef")
-            metrics.alert("outbox-dropped", False)
+            metrics.alert("outbox-dropped", "failed")
     finally:
         metrics.restore(previous)
     lines = {r.getMessage().split(" ", 1)[0]: r.getMessage() for r in caplog.records}
