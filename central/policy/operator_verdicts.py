@@ -23,14 +23,21 @@ def decider(operator: str) -> str:
 
 def operator_approve(
     event: EventRecord, fleet: FleetView, now: datetime, config: DecideConfig, operator: str, reason: str,
-    hook: bool = False, via_arm: bool = False,
+    hook: bool = False, via_arm: bool = False, was_held: bool = False,
 ) -> Verdict:
     """An operator's approve: now, to the elected leader, windows and budgets aside; `hook`: the VM runs its
-    pre-approve hook (drain) first; `via_arm`: through ARM instead (no VM, no hook). kind "none" when an
-    approval is already outstanding (the hold, if any, is lifted). Check `unapprovable` first."""
-    if event.outstanding is not None and now < event.outstanding.expires_at:
-        return NOTHING
+    pre-approve hook (drain) first; `via_arm`: through ARM instead (no VM, no hook). When an approval is
+    already outstanding no second one is sent: kind "none", or, when an operator held the event
+    (`was_held`), a recorded release (the hold is lifted: who lifted it is on record and alerted, like every
+    operator decision). Check `unapprovable` first."""
     by = decider(operator)
+    out = event.outstanding
+    if out is not None and now < out.expires_at:
+        if not was_held:
+            return NOTHING
+        why = (f"{reason}; approval {out.attempt} to {out.vm_name} is already outstanding (it expires at "
+               f"{iso(out.expires_at)}): no second approval is sent, the hold is lifted")
+        return Verdict("record", "operator-release", "approving", OPERATOR_RULE, why, "warning", by)
     return approval(
         event,
         fleet,

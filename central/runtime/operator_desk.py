@@ -105,7 +105,7 @@ class OperatorDesk:
             self.actor.send_approvals(sends, now, result)
             self.actor.deliver(now, result, mine=sorted(owed))
             self._flush(result)
-            if action == "approve" and verdict.kind == "record":
+            if action == "approve" and verdict.kind == "record" and verdict.action != "operator-release":
                 raise InvalidRequest(f"cannot approve {event_id}: {verdict.reason}")
             if action == "approve" and result.errors:
                 raise InvalidRequest(f"cannot approve {event_id}: {result.errors[-1]}")
@@ -125,12 +125,13 @@ class OperatorDesk:
         problem = unapprovable(mine, now)
         if problem:
             raise InvalidRequest(f"cannot approve {mine.event_id}: {problem}")
-        mine.operator_hold = False
+        was_held, mine.operator_hold = mine.operator_hold, False
         fleet = self.evaluator.view(now, [mine])
         view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known,
                          fleet.rules)
         if via == "arm" and arm_owner(mine, view.vms_of(mine)) is None:
             raise InvalidRequest(f"cannot approve {mine.event_id} through ARM: its owning resource is not "
                                  "known (no platform feed for it, and no forwarder of its VMs reported it)")
-        return operator_approve(mine, view, now, self.config, who, why, hook, via_arm=via == "arm")
+        return operator_approve(mine, view, now, self.config, who, why, hook, via_arm=via == "arm",
+                                was_held=was_held)
 

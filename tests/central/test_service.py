@@ -396,6 +396,26 @@ def test_operator_hold_and_approve(env: Env, hook: Hook) -> None:
         svc.decide("E-op", "approve", "alice", "late", now=T0 + timedelta(hours=1))
 
 
+def test_operator_approve_of_a_held_event_already_approved_lifts_the_hold_on_record(
+    env: Env, hook: Hook
+) -> None:
+    """An approval went out, then an operator held the event, then one approves it: no second approval is
+    sent, and lifting the hold is a decision like any other (who, why; a Decisions row and an alert)."""
+    svc = env.service()
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-rel", ["vm-a"])]))], now=T0)
+    assert len(env.messages(a.vm_id)) == 1  # the default policy approved it
+    svc.decide("E-rel", "hold", "alice", "wait for the release train", now=T0 + timedelta(seconds=5))
+    view = svc.decide("E-rel", "approve", "bob", "train left", now=T0 + timedelta(seconds=10))
+    assert view["state"] != "held" and len(env.messages(a.vm_id)) == 1
+    rows = [r for r in env.rows("Decisions") if r["EventId"] == "E-rel" and r["Rule"] == "operator"]
+    last = max(rows, key=lambda r: r["Seq"])
+    assert (last["Action"], last["DecidedBy"]) == ("operator-release", "operator:bob")
+    assert "already outstanding" in last["Reason"] and "train left" in last["Reason"]
+    assert any(x.get("kind") == "operator-decision" and "bob chose release" in x.get("title", "")
+               for x in hook.alerts())
+
+
 def test_large_document_is_split_across_columns(env: Env, hook: Hook) -> None:
     svc = env.service()
     a = Vm("vm-a")
