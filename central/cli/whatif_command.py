@@ -83,11 +83,11 @@ def _table_service(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace, policy: Policy, now: datetime, out: TextIO) -> int:
+    if args.step < 1:  # a usage error, found before anything is read
+        raise UsageError("--step must be at least 1 second")
     if args.from_resource_graph or args.subscription:
         if not args.from_resource_graph or not args.since:
             raise UsageError("--from-resource-graph goes with --since (30d), and --subscription with both")
-        if args.step < 1:
-            raise UsageError("--step must be at least 1 second")
         try:
             return whatif_graph.run(args, policy, now, duration(args.since), out)
         except whatif_graph.GraphUsageError as exc:
@@ -97,8 +97,6 @@ def run(args: argparse.Namespace, policy: Policy, now: datetime, out: TextIO) ->
     except history.HistoryError as exc:
         print(f"se-policy: {exc}", file=out)
         return EXIT_HISTORY
-    if args.step < 1:
-        raise UsageError("--step must be at least 1 second")
     results = whatif.replay(past, vms, policy, step=timedelta(seconds=args.step))
     counts = whatif.summary(results)
     if args.json:

@@ -174,6 +174,11 @@ def test_bad_history_is_one_line_and_its_own_exit_code(tmp_path: Path, capsys: p
     assert "give --connection-string or --table-endpoint" in capsys.readouterr().err
     assert policy_cli.main(["whatif", str(candidate), "--since", "a month", "--connection-string", "x"],
                            out=io.StringIO()) == 3
+    capsys.readouterr()
+    # a bad --step is said before anything is read (the file here is not even history)
+    args = ["whatif", str(candidate), "--from", str(bad), "--step", "0"]
+    assert policy_cli.main(args, out=io.StringIO()) == 3
+    assert "--step must be at least 1 second" in capsys.readouterr().err
 
 
 def test_each_event_is_decided_at_its_first_sight_between_steps() -> None:
