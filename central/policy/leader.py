@@ -29,9 +29,8 @@ def elect(
         for n in sorted(event.resources)
         if n in vms_by_name and vms_by_name[n].live(now, liveness)
     ]
-    failed = {a.vm_id for a in event.approvals if a.result in FAILED} | set(timed_out)
     for vm in live:
-        if vm.vm_id not in failed:
+        if fresh(event, vm, timed_out):
             return vm
     # every live VM already had a try: go round again among those that only timed out (a message
     # that was lost, or a forwarder that was restarting); approving twice is harmless for IMDS
@@ -45,7 +44,8 @@ def elect(
 def fresh(event: EventRecord, vm: VmState, timed_out: AbstractSet[str] = frozenset()) -> bool:
     """`vm` has not failed this event yet (elect's first round): once none is, the failover among the named
     VMs has run out and ARM may take over (central.policy.arm_route)."""
-    return vm.vm_id not in ({a.vm_id for a in event.approvals if a.result in FAILED} | set(timed_out))
+    return vm.vm_id not in timed_out and not any(a.vm_id == vm.vm_id and a.result in FAILED
+                                                 for a in event.approvals)
 
 
 def timeout_cause(attempt: Approval, vm: Optional[VmState], now: datetime, liveness: timedelta) -> str:
