@@ -279,7 +279,7 @@ def approval(
 ) -> Verdict:
     """Send the next attempt to the elected leader, or through ARM when no forwarder can carry it (or
     `via_arm`: an operator asked), or say why none can go."""
-    rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
+    rule = _rule(by)
     out = event.outstanding
     timed = {out.vm_id} if timed_out and out is not None else frozenset()
     leader = elect(event, dict(fleet.vms_by_name), now, config.liveness, timed)
@@ -302,25 +302,14 @@ def approval(
             timed_out=timed_out,
             alert="no-leader",
         )
-    expires = now + config.result_timeout
-    if event.not_before is not None:
-        expires = min(expires, event.not_before)
-    if (expires - now).total_seconds() < 1:
-        return Verdict(
-            "record",
-            action,
-            "expired",
-            rule,
-            "too close to NotBefore to send an approval",
-            "info",
-            by,
-            timed_out=timed_out,
-        )
+    expires = _expiry(event, now, config)
+    if expires is None:
+        return Verdict("record", action, "expired", rule, "too close to NotBefore to send an approval",
+                       "info", by, timed_out=timed_out)
     attempt = len(event.approvals) + 1
     reason = f"{why}; approval {attempt} ({msg_action}) to leader {leader.name}, expires {iso(expires)}"
     if action == "failover" and event.approvals:
-        prev = event.approvals[-1]
-        reason = f"leader {prev.vm_name} gave no result ({prev.result or 'timeout'}); " + reason
+        reason = "leader " + _no_result(event) + reason
     return Verdict(
         "send",
         action,
@@ -337,11 +326,9 @@ def approval(
 def _through_arm(event: EventRecord, fleet: FleetView, owner: Owner, now: datetime, config: DecideConfig,
                  msg_action: str, by: str, why: str, action: str, severity: str, timed_out: bool,
                  leader: Optional[VmState], via_arm: bool) -> Verdict:
-    rule = OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
-    expires = now + config.result_timeout
-    if event.not_before is not None:
-        expires = min(expires, event.not_before)
-    if (expires - now).total_seconds() < 1:
+    rule = _rule(by)
+    expires = _expiry(event, now, config)
+    if expires is None:
         return Verdict("record", action, "expired", rule, "too close to NotBefore to approve through ARM",
                        "info", by, timed_out=timed_out)
     if via_arm:
@@ -357,10 +344,28 @@ def _through_arm(event: EventRecord, fleet: FleetView, owner: Owner, now: dateti
     if msg_action == "hook-then-approve":
         reason += "; no pre-approve hook runs (ARM approves without the VM)"
     if action == "failover" and event.approvals:
-        prev = event.approvals[-1]
-        reason = f"{prev.vm_name} gave no result ({prev.result or 'timeout'}); " + reason
+        reason = _no_result(event) + reason
     return Verdict("send", action, "approving", rule, reason, severity, by, None, timed_out=timed_out,
                    arm=ArmSend(owner, expires, attempt))
+
+
+def _rule(by: str) -> str:
+    """The rule a decision by `by` records: "operator" for a decision by hand, else the policy rule's name."""
+    return OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
+
+
+def _expiry(event: EventRecord, now: datetime, config: DecideConfig) -> Optional[datetime]:
+    """When the next attempt expires: the result timeout, never past NotBefore; None when under a second."""
+    expires = now + config.result_timeout
+    if event.not_before is not None:
+        expires = min(expires, event.not_before)
+    return expires if (expires - now).total_seconds() >= 1 else None
+
+
+def _no_result(event: EventRecord) -> str:
+    """A failover's reason starts with the attempt before it: who gave no result, and why."""
+    prev = event.approvals[-1]
+    return f"{prev.vm_name} gave no result ({prev.result or 'timeout'}); "
 
 
 __all__ = [
