@@ -83,7 +83,8 @@ class FleetView:
         return found
 
     def vms_of(self, event: EventRecord) -> List[VmState]:
-        return [self.vms_by_name[n] for n in event.resources if n in self.vms_by_name]
+        vms = self.vms_by_name  # one lookup per name (a budget count asks for every impacting event's VMs)
+        return [vm for vm in map(vms.get, event.resources) if vm is not None]
 
     def _budget_map(self, budget: Budget, now: datetime) -> Dict[str, Dict[str, Set[str]]]:
         found = self._groups.get(budget.name)
