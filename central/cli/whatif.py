@@ -161,13 +161,30 @@ def table(results: Sequence[Replayed]) -> str:
     """A plain-text table: one line per event, times relative to its first sight."""
     rows = [("EVENT", "TYPE", "VMS", "DECIDED", "WHAT-IF", "CHANGE")]
     for r in results:
-        rows.append((r.event_id[:12], r.event_type, ",".join(r.resources[:3]) + ("+" if len(r.resources) > 3
-                                                                                   else ""),
+        rows.append((r.event_id[:12], r.event_type, vms_cell(r.resources),
                      _when(r.actual_at, r.first_seen, r.not_before) if not r.actual_refused else
                      f"sent +{_span((r.actual_sent_at or r.first_seen) - r.first_seen)}, {r.actual_refused}",
                      _when(r.whatif_at, r.first_seen, r.not_before, r.waits), r.change))
+    return aligned(rows)
+
+
+def vms_cell(resources: Sequence[str]) -> str:
+    """An event's VMs in a table cell: the first three, "+" when there are more."""
+    return ",".join(resources[:3]) + ("+" if len(resources) > 3 else "")
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as plain-text columns, each as wide as its widest cell."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+
+
+def whatif_cell(r: Replayed) -> str:
+    """What the candidate policy did with the event, relative to its first sight."""
+    waited = f" after {'/'.join(r.waits)}" if r.waits else ""
+    if r.whatif_at is not None:
+        return f"approved +{_span(r.whatif_at - r.first_seen)}{waited}"
+    return f"held to NotBefore{waited}"
 
 
 def _when(at: Optional[datetime], first_seen: datetime, not_before: Optional[datetime],

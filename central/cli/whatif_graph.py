@@ -116,12 +116,8 @@ def _statuses(statuses: Dict[str, int]) -> str:
 def _table(results: List[whatif.Replayed], alone: List[whatif.Replayed]) -> str:
     rows = [("EVENT", "TYPE", "VMS", "TIME IN GRAPH", "WHAT-IF")]
     for r in results:
-        waited = f" after {'/'.join(r.waits)}" if r.waits else ""
-        verdict = (f"approved +{whatif._span(r.whatif_at - r.first_seen)}{waited}" if r.whatif_at
-                   else f"held to NotBefore{waited}")
-        rows.append((r.event_id[:12], r.event_type, ",".join(r.resources[:3]) + ("+" if len(r.resources) > 3
-                                                                                   else ""),
-                     "none (decided alone)" if r in alone else f"NotBefore {iso(r.not_before)}"
-                     if r.not_before else "", verdict))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+        in_graph = ("none (decided alone)" if r in alone
+                    else f"NotBefore {iso(r.not_before)}" if r.not_before else "")
+        rows.append((r.event_id[:12], r.event_type, whatif.vms_cell(r.resources), in_graph,
+                     whatif.whatif_cell(r)))
+    return whatif.aligned(rows)
