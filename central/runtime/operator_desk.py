@@ -105,7 +105,7 @@ class OperatorDesk:
             self.actor.send_approvals(sends, now, result)
             self.actor.deliver(now, result, mine=sorted(owed))
             self._flush(result)
-            if action == "approve" and verdict.kind == "record" and verdict.action != "operator-release":
+            if action == "approve" and verdict.kind == "record" and verdict.action == "operator-approve":
                 raise InvalidRequest(f"cannot approve {event_id}: {verdict.reason}")
             if action == "approve" and result.errors:
                 raise InvalidRequest(f"cannot approve {event_id}: {result.errors[-1]}")

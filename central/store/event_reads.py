@@ -13,7 +13,7 @@ from central.store import state_rows as rows
 from . import head_log
 from .int64 import plain
 from .tables import TableLog
-from .vm_reads import TABLE
+from .vm_reads import TABLE, Found
 
 ENDED_CACHE = 5_000  # ended events remembered (a miss costs one point read)
 CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, up to max(this, active / 4)
@@ -29,7 +29,7 @@ class EventReads:
     catch_ups: Dict[str, int]
     reads: int
     _absent: Set[str]
-    read_rows: Callable[[Iterable[str]], Dict[str, Tuple[dict, Optional[str]]]]  # central.store.vm_reads
+    read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
 
     def _read_head(self) -> Tuple[Optional[dict], Optional[str], Optional[str]]:
         """(head entity, its etag, the book's etag), read now in one query."""
@@ -69,7 +69,7 @@ class EventReads:
         wanted = set(event_ids)
         self._install_active(wanted, self.read_rows(rows.event_key(e, active=True) for e in wanted))
 
-    def _install_active(self, event_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+    def _install_active(self, event_ids: Iterable[str], found: Found) -> None:
         for event_id in event_ids:
             self._absent.discard(event_id)
             got = found.get(rows.event_key(event_id, active=True))
@@ -86,7 +86,7 @@ class EventReads:
         wanted = {e for e in event_ids if e not in self.active and e not in self.ended}
         self._install_ended(wanted, self.read_rows(rows.event_key(e, active=False) for e in wanted))
 
-    def _install_ended(self, event_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+    def _install_ended(self, event_ids: Iterable[str], found: Found) -> None:
         for event_id in event_ids:
             got = found.get(rows.event_key(event_id, active=False))
             if got is not None:

@@ -13,6 +13,7 @@ from .tables import TableLog
 
 TABLE = "State"
 KEYS_PER_QUERY = 14  # Azure Tables: at most 15 comparisons in one filter
+Found = Dict[str, Tuple[dict, Optional[str]]]  # RowKey -> (entity, etag): what read_rows returns
 
 
 def chunks(items: List[str], size: int) -> Iterable[List[str]]:
@@ -32,10 +33,10 @@ class VmReads:
         found = self.vms.get(vm_id)
         return found[0] if found else None
 
-    def read_rows(self, keys: Iterable[str]) -> Dict[str, Tuple[dict, Optional[str]]]:
+    def read_rows(self, keys: Iterable[str]) -> Found:
         """State rows by RowKey, any kinds mixed, 14 keys per query: RowKey -> (entity, etag) for those found.
         One query for most callers, whatever the kinds (they share the fleet's partition)."""
-        found: Dict[str, Tuple[dict, Optional[str]]] = {}
+        found: Found = {}
         for chunk in chunks(sorted(set(keys)), KEYS_PER_QUERY):
             params = {f"k{i}": k for i, k in enumerate(chunk)}
             params["p"] = rows.PARTITION
@@ -52,7 +53,7 @@ class VmReads:
         wanted = {v for v in vm_ids if force or v not in self.vms}
         self.install_vms(wanted, self.read_rows(rows.vm_key(v) for v in wanted))
 
-    def install_vms(self, vm_ids: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+    def install_vms(self, vm_ids: Iterable[str], found: Found) -> None:
         """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached."""
         for vm_id in vm_ids:
             got = found.get(rows.vm_key(vm_id))
@@ -66,7 +67,7 @@ class VmReads:
         wanted = {n for n in names if force or n not in self.names}
         self.install_names(wanted, self.read_rows(rows.name_key(n) for n in wanted))
 
-    def install_names(self, names: Iterable[str], found: Dict[str, Tuple[dict, Optional[str]]]) -> None:
+    def install_names(self, names: Iterable[str], found: Found) -> None:
         for name in names:
             got = found.get(rows.name_key(name))
             self.names[name] = (got[0]["VmId"], got[1]) if got is not None else ("", None)
