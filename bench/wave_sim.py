@@ -17,7 +17,9 @@ maxEventBatchSize, waiting at most maxWaitTime for minEventBatchSize); the minut
 instance 0.
 
 The fleet: `--vms` VMs in scale sets of 500; `--events` of them get a Reboot over `--minutes`
-(uniform first reports); a budget per scale set (`maxImpacted`). Each VM acts as the forwarder would:
+(uniform first reports); a budget per scale set (`maxImpacted`). Each VM's approval queue exists before
+the wave, as the forwarder's install leaves it (`--queues missing`: central creates it with its first
+send, two more requests). Each VM acts as the forwarder would:
 reads its approval within 2 s, posts it, reports the result (+0.7 s publish), Started 5 s later and
 the event gone 180 s after that. A VM with an event open heartbeats every 60 s (the forwarder's default)
 from its first report until the event is gone: its liveness is what lets central elect it leader. An event
@@ -186,6 +188,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
         arrive(vm, at, wave_incarnation(vm, event_id, "Scheduled", T0 + timedelta(seconds=at), last))
         arrive(vm, at + rng.uniform(0.0, HEARTBEAT_EVERY), None, f"{HEARTBEAT}:{event_id}")
         arrive(vm, at + NOT_BEFORE_AFTER, None, f"{AZURE_STARTS}:{event_id}")
+    if args.queues == "installed":
+        install_queues([owner[e].vm_id for e in owner], connection, storage)
     free = [0.0] * instances  # when each instance is done with its current call (one call at a time)
     clock: List[Tuple[float, int, str, int]] = [(0.0, p, "wake", p) for p in range(PARTITIONS)]
     clock.append((TIMER_EVERY, 99, "timer", 0))
@@ -270,6 +274,27 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     out.cpu = time.process_time() - cpu_started
     out.store_cpu = storage.cpu if storage is not None else float("nan")
     return summarize(out, args, services, model)
+
+
+def install_queues(vm_ids: List[str], connection: str, storage: Optional[MemoryStorage]) -> None:
+    """The VMs' approval queues, as the forwarder's install leaves them (infra/forwarder/queue-access.bicep
+    creates each VM's queue, to scope its role to it): central's first send to a VM is then one request."""
+    from central.runtime.approval_queue import queue_name
+
+    names = [queue_name(v) for v in vm_ids]
+    if storage is not None:
+        for name in names:
+            storage.queues.setdefault(name, 0)
+        return
+    from azure.core.exceptions import ResourceExistsError
+    from azure.storage.queue import QueueServiceClient
+
+    service = QueueServiceClient.from_connection_string(connection)
+    for name in names:
+        try:
+            service.create_queue(name)
+        except ResourceExistsError:
+            pass
 
 
 def _pct(values: List[float], q: float) -> float:
@@ -388,6 +413,10 @@ def main(argv: List[str]) -> int:
                         help="also 1,000 VMs / 100 events twice: the model's latencies vs Azurite's own")
     parser.add_argument("--store", choices=("memory", "azurite"), default="memory",
                         help="the main run's Table/Queue service: the in-memory stand-in or Azurite")
+    parser.add_argument("--queues", choices=("installed", "missing"), default="installed",
+                        help="the VMs' approval queues exist before the wave, as the forwarder's install "
+                             "creates them (installed), or central creates each with its first send "
+                             "(missing; on Azurite a queue an earlier run created is kept)")
     args = parser.parse_args(argv)
     figures: List[Figure] = []
     small = argparse.Namespace(**{**vars(args), "vms": 1000, "events": 100,
