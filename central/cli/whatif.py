@@ -26,8 +26,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from central.model.events import EventRecord
 from central.model.times import iso
 from central.model.vms import VmState
-from central.policy.decide import STARTS_AT_NOTBEFORE, DecideConfig, FleetView, decide
+from central.policy.decide import STARTS_AT_NOTBEFORE, DecideConfig, decide
 from central.policy.document import Policy
+from central.policy.fleet_view import FleetView
 
 DEFAULT_IMPACT = timedelta(minutes=10)  # Started -> gone, when the history does not say
 STEP = timedelta(minutes=1)

@@ -18,6 +18,7 @@ from central.model.vms import VmState
 # A percentage budget's base: the group's VMs heard from within this (a VM deleted long ago, or whose
 # forwarder was removed, no longer makes the group look bigger than it is).
 KNOWN_WITHIN = timedelta(hours=24)
+_GROUP_FIELDS = {"scaleSet": "scale_set", "placementGroup": "placement_group", "zone": "zone"}  # VmState's
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,12 @@ class Budget:
 
     def group_of(self, vm: VmState) -> Optional[str]:
         """The group key this VM counts in, or None when the VM is in no group of this kind."""
-        value = {
-            "scaleSet": vm.scale_set,
-            "placementGroup": vm.placement_group,
-            "zone": vm.zone,
-            "tag": vm.budget_tags.get(self.tag, ""),  # bound at first sight: a claim cannot move it
-            "fleet": "fleet",
-        }[self.group_by]
+        if self.group_by == "tag":
+            value = vm.budget_tags.get(self.tag, "")  # bound at first sight: a claim cannot move it
+        elif self.group_by == "fleet":
+            value = "fleet"
+        else:  # (called for every impacting event's VMs on each pass: no mapping built per call)
+            value = getattr(vm, _GROUP_FIELDS[self.group_by])
         return f"{self.name}:{value.lower()}" if value else None
 
     def limit(self, group_size: int) -> int:

@@ -3,7 +3,7 @@
 No I/O, no storage types: a replay tool can rebuild `EventRecord`s and `VmState`s from recorded history
 (the State and Decisions tables) and ask what central decided, or would decide under another policy:
 
-    verdict = decide(event, FleetView(vms_by_name, open_events), policy, now, DecideConfig())
+    verdict = decide(event, FleetView(vms_by_name, open_events), policy, now, DecideConfig())  # (.fleet_view)
 
 The caller (central.runtime.evaluator) commits what a verdict says under the store's concurrency control and
 only then acts on it; `record()` applies a verdict to an event record (also pure).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Optional, Sequence, Set
 
 from central.model.events import EventRecord
 from central.model.owner import Owner
@@ -21,14 +21,14 @@ from central.model.times import iso
 from central.model.vms import VmState
 
 from .arm_route import agentless, arm_owner, platform_vms
-from .budgets import KNOWN_WITHIN, Budget, BudgetBlock, group_members
+from .budgets import Budget, BudgetBlock
 from .document import Policy, window_wait
+from .fleet_view import FleetView
 from .leader import elect, fresh, timeout_cause
 from .verdict import HAND_DECIDERS, NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
-from .witness import WitnessRules, counted
+from .witness import WitnessRules
 
 WAITING_BUDGET = "waiting-budget"  # the state of an event a disruption budget holds back
-IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
 # A VM named in an event's Resources counts against its groups' budgets once it reported the event
 # itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
 # event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore
@@ -53,93 +53,6 @@ class DecideConfig:
     liveness: timedelta = timedelta(seconds=300)  # LEADER_LIVENESS_SECONDS
     policy_error: str = ""  # the invalid POLICY_JSON's errors, when the fallback policy runs
     witness: WitnessRules = field(default_factory=WitnessRules)  # what each witness's word counts for
-
-
-@dataclass
-class FleetView:
-    """What deciding about one event may look at: the VMs central knows (by name, the way IMDS's
-    Resources name them) and every open event (for disruption budgets). Budget counts are built once
-    per view (linear in open events) and kept current by `mark_impacting` as a pass decides."""
-
-    vms_by_name: Mapping[str, VmState]
-    open_events: Sequence[EventRecord]
-    liveness: timedelta = timedelta(seconds=300)  # DecideConfig.liveness
-    # every VM central knows, read when a percentage budget needs group sizes (None: those in vms_by_name)
-    known: Optional[Callable[[], Sequence[VmState]]] = None
-    rules: WitnessRules = field(default_factory=WitnessRules)  # DecideConfig.witness
-    _sizes: Dict[str, Dict[str, int]] = field(default_factory=dict)
-    _groups: Dict[str, Dict[str, Dict[str, Set[str]]]] = field(
-        default_factory=dict
-    )  # budget->group->vm->events
-    _budgets: Dict[str, Budget] = field(default_factory=dict)
-    _impacting: Dict[datetime, List[EventRecord]] = field(default_factory=dict)
-
-    def impacting_events(self, now: datetime) -> List[EventRecord]:
-        """The open events that count against budgets at `now`, found once per view (a pass asks for
-        every budget, and the VMs to read: thousands of events in a 100k wave)."""
-        found = self._impacting.get(now)
-        if found is None:
-            found = self._impacting[now] = [other for other in self.open_events if impacting(other, now)]
-        return found
-
-    def vms_of(self, event: EventRecord) -> List[VmState]:
-        vms = self.vms_by_name  # one lookup per name (a budget count asks for every impacting event's VMs)
-        return [vm for vm in map(vms.get, event.resources) if vm is not None]
-
-    def _budget_map(self, budget: Budget, now: datetime) -> Dict[str, Dict[str, Set[str]]]:
-        found = self._groups.get(budget.name)
-        if found is None:
-            self._budgets[budget.name] = budget
-            found = self._groups[budget.name] = {}
-            for other in self.impacting_events(now):
-                self._add(found, budget, other, now)
-        return found
-
-    def impacted_vms(self, event: EventRecord, now: datetime) -> List[VmState]:
-        """The VMs of `event` that count against budgets now (central.policy.witness)."""
-        return counted(event, self.vms_of(event), self.rules, now, self.liveness)
-
-    def _add(self, groups: Dict[str, Dict[str, Set[str]]], budget: Budget, event: EventRecord,
-             now: datetime) -> None:
-        for vm in self.impacted_vms(event, now):
-            group = budget.group_of(vm)
-            if group:
-                groups.setdefault(group, {}).setdefault(vm.vm_id, set()).add(event.event_id)
-
-    def mark_impacting(self, event: EventRecord, now: datetime) -> None:
-        """An event this pass just approved now counts against every budget already counted."""
-        for name, groups in self._groups.items():
-            self._add(groups, self._budgets[name], event, now)
-
-    def group_size(self, budget: Budget, group: str, now: datetime) -> int:
-        """VMs of `group` heard from within budgets.KNOWN_WITHIN (a percentage budget's base)."""
-        sizes = self._sizes.get(budget.name)
-        if sizes is None:
-            vms = self.known() if self.known is not None else list(self.vms_by_name.values())
-            recent = [vm for vm in vms if vm.last_seen is not None and now - vm.last_seen <= KNOWN_WITHIN]
-            sizes = {g: len(m) for g, m in group_members(budget, recent).items()}
-            self._sizes[budget.name] = sizes
-        return sizes.get(group, 0)
-
-    def busy(self, budget: Budget, group: str, event_id: str, now: datetime) -> Set[str]:
-        """VM ids of `group` impacted by events other than `event_id`."""
-        members = self._budget_map(budget, now).get(group, {})
-        return {vm for vm, events in members.items() if events - {event_id}}
-
-
-
-
-def impacting(event: EventRecord, now: datetime) -> bool:
-    """Counts against disruption budgets: Started, an approval outstanding (even if held since) or
-    confirmed, or NotBefore passed (Azure starts it any moment), and not ended."""
-    if event.ended:
-        return False
-    if event.status == "Started" or event.state in IMPACTING_STATES:
-        return True
-    out = event.outstanding  # an approval already sent counts whatever came after (a hold cannot recall it)
-    if out is not None and now < out.expires_at:
-        return True
-    return event.not_before is not None and now >= event.not_before
 
 
 def unapprovable(event: EventRecord, now: datetime) -> str:
@@ -283,7 +196,7 @@ def approval(
     rule = _rule(by)
     out = event.outstanding
     timed = {out.vm_id} if timed_out and out is not None else frozenset()
-    leader = elect(event, dict(fleet.vms_by_name), now, config.liveness, timed)
+    leader = elect(event, fleet.vms_by_name, now, config.liveness, timed)
     if via_arm or leader is None or not fresh(event, leader, timed):
         owner = arm_owner(event, fleet.vms_of(event))
         if owner is not None:
@@ -373,12 +286,10 @@ __all__ = [
     "NOTHING",
     "ArmSend",
     "DecideConfig",
-    "FleetView",
     "Send",
     "Verdict",
     "arm_label",
     "decide",
-    "impacting",
     "is_new",
     "record",
     "shadow_record",

@@ -10,7 +10,7 @@ instance computing it from the same facts picks the same VM, as Microsoft's guid
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import AbstractSet, Dict, Optional
+from typing import AbstractSet, Mapping, Optional
 
 from central.model.events import Approval, EventRecord
 from central.model.times import iso
@@ -20,7 +20,7 @@ FAILED = ("timeout", "post-failed")
 
 
 def elect(
-    event: EventRecord, vms_by_name: Dict[str, VmState], now: datetime, liveness: timedelta,
+    event: EventRecord, vms_by_name: Mapping[str, VmState], now: datetime, liveness: timedelta,
     timed_out: AbstractSet[str] = frozenset(),
 ) -> Optional[VmState]:
     """`timed_out`: vmIds whose attempt just expired (not yet recorded on the event)."""

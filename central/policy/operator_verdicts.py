@@ -10,7 +10,8 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import EventRecord
 from central.model.times import iso
 
-from .decide import HAND_DECIDERS, NOTHING, OPERATOR_RULE, DecideConfig, FleetView, Verdict, approval
+from .decide import HAND_DECIDERS, NOTHING, OPERATOR_RULE, DecideConfig, Verdict, approval
+from .fleet_view import FleetView
 
 OPERATOR_ACTIONS = ("approve", "hold", "release")
 

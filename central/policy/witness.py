@@ -1,6 +1,6 @@
 """What a witness's word is worth to the disruption budgets (issue 23, point 2). Pure.
 
-Budgets count the VMs an event names (central.policy.decide.FleetView.impacted_vms). Who said so matters:
+Budgets count the VMs an event names (central.policy.fleet_view.FleetView.impacted_vms). Who said so matters:
 - the platform (its own feed, central.intake.platform): Azure's word, no VM can forge it. Every named VM
   counts, whether its forwarder reported the event or not;
 - a VM alone: its claim names other VMs. Those count only while their own forwarders have had no time to

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from central.intake.alerts import owe_status_alert
 from central.model.alert import ALERT_LEASE, Alert
@@ -22,7 +22,6 @@ from central.model.vms import VmState
 from central.policy.decide import (
     HAND_DECIDERS,
     DecideConfig,
-    FleetView,
     Verdict,
     decide,
     is_new,
@@ -30,6 +29,7 @@ from central.policy.decide import (
     shadow_record,
 )
 from central.policy.document import Policy
+from central.policy.fleet_view import FleetView
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import MAX_OPS, Conflict, StoreError, TableLog
@@ -37,45 +37,13 @@ from central.telemetry import metrics
 
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
-from .inline import all_vms_over, candidates, freed_waiters, vms_by_name_over
+from .inline import WaitingGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
 from .results import BatchResult, Decision
-from .vm_facts import reading_fewer
+from .vm_facts import LazyVms, groups_hint, reading_fewer
 
 log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
 
 MAX_TRIES = 8
-
-
-class LazyVms(Mapping):
-    """The VMs by name, read from the store the first time a decision looks (a pass that decides
-    nothing needing VMs reads none)."""
-
-    def __init__(
-        self, names: Callable[[], Set[str]], read: Callable[[Iterable[str]], Dict[str, VmState]]
-    ) -> None:
-        self._names = names
-        self._read = read
-        self._vms: Optional[Dict[str, VmState]] = None
-
-    def _load(self) -> Dict[str, VmState]:
-        if self._vms is None:
-            self._vms = self._read(self._names())
-        return self._vms
-
-    def __getitem__(self, name: str) -> VmState:
-        return self._load()[name]
-
-    def __contains__(self, name: object) -> bool:  # (Mapping's goes through __getitem__ and an exception)
-        return name in self._load()
-
-    def get(self, name: str, default: Optional[VmState] = None) -> Optional[VmState]:  # type: ignore[override]
-        return self._load().get(name, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
 
 
 @dataclass
@@ -105,6 +73,7 @@ class Evaluator:
         self.config = config
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
+        self.waiting_groups = WaitingGroups()  # the waiting events' budget groups, between calls (inline)
 
     def view(self, now: datetime, candidates: List[EventRecord],
              planned: Optional[Changes] = None, screening: bool = False) -> FleetView:
@@ -115,10 +84,17 @@ class Evaluator:
         events.update(planned.events if planned is not None else {})
         open_events = [rec for rec in events.values() if not rec.ended]
 
-        def names() -> Set[str]:  # (called once the view below exists)
+        first = {name for rec in candidates for name in rec.resources}
+        budgets = [*self.policy.budgets.values(), *(self.shadow.budgets.values() if self.shadow else ())]
+
+        def then(vms: Mapping[str, VmState]) -> Set[str]:  # (called once the view below exists)
+            """The VMs of the impacting events that may share a budget group with the candidates'."""
+            mine = [vms[name] for name in first if name in vms]
             wanted: Set[str] = set()
-            for rec in [*candidates, *view.impacting_events(now)]:
-                wanted.update(rec.resources)
+            for budget in budgets:
+                groups = {g for vm in mine for g in (budget.group_of(vm),) if g}
+                for rec in view.impacting_in(budget, groups, now):
+                    wanted.update(rec.resources)
             return wanted
 
         read, known = self.state.vms_by_name, self.state.all_vms
@@ -126,11 +102,14 @@ class Evaluator:
             read, known = vms_by_name_over(self.state, planned.vms), all_vms_over(self.state, planned.vms)
         # the candidates' VMs fresh; other events' VMs from the cache when a read would not change a
         # budget count (central.runtime.vm_facts)
-        fresh = set() if screening else {name for rec in candidates for name in rec.resources}
-        keep_out = {vm.name for vm in planned.vms.values()} if planned is not None else set()
+        fresh = set() if screening else first
+        planned_vms = planned.vms if planned is not None else {}
+        keep_out = {vm.name for vm in planned_vms.values()}
         read = reading_fewer(read, self.state.named, fresh, keep_out, now, self.config.liveness)
-        view = FleetView(LazyVms(names, read), open_events, self.config.liveness,
-                         known if self.policy.needs_group_sizes else None, rules=self.config.witness)
+        hint = groups_hint(self.state.named, planned_vms, now, self.config.liveness)
+        view = FleetView(LazyVms(first, then, read), open_events, self.config.liveness,
+                         known if self.policy.needs_group_sizes else None, rules=self.config.witness,
+                         groups_hint=hint)
         return view
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
@@ -177,7 +156,8 @@ class Evaluator:
         """Decide the events an uncommitted plan touched, on its working copies (central.runtime.inline):
         the decided copies replace the plan's, so one transaction commits both. None: nothing to decide."""
         found = candidates(changes, touched)
-        waiting = freed_waiters(self.state, changes, list(self.policy.budgets.values()), now)
+        budgets = list(self.policy.budgets.values())
+        waiting = freed_waiters(self.state, changes, budgets, now, self.waiting_groups)
         room = max(0, (MAX_OPS - changes.op_count()) // 2)  # an event row may take two operations
         later = {rec.event_id for rec in waiting[room:]}  # no room in this transaction: decided after it
         found = in_order_of_first_sight(found + waiting[:room])
@@ -193,7 +173,7 @@ class Evaluator:
     def decide_pass(self, candidates: List[EventRecord], fleet: FleetView, now: datetime) -> Pass:
         """Decide `candidates` in order on working copies (nothing written): what to commit, then send."""
         shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known,
-                                  fleet.rules)
+                                  fleet.rules, fleet.groups_hint)
                         if self.shadow is not None else None)  # same facts, its own budget counts
         done = Pass()
         for rec in candidates:

@@ -18,13 +18,15 @@ the plan was made on those rows, and an ETag read later would let the commit ove
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
 from central.policy.budgets import Budget, groups_of, next_waiters
-from central.policy.decide import WAITING_BUDGET, impacting
+from central.policy.decide import WAITING_BUDGET
+from central.policy.fleet_view import impacting
 from central.store.fleet_state import Changes, FleetState
 
 
@@ -34,11 +36,22 @@ def candidates(changes: Changes, touched: Set[str]) -> List[EventRecord]:
     return in_order_of_first_sight(found)
 
 
+@dataclass
+class WaitingGroups:
+    """The budget groups of the events waiting for a slot, each kept while its row is unchanged (the same
+    ETag): a vmId's groups never change, and a waiting event's row seldom does, so freeing a slot does not
+    resolve the VMs of every waiting event (thousands in a 100k wave) on every call."""
+
+    budgets: Tuple[Budget, ...] = ()
+    by_event: Dict[str, Tuple[str, FrozenSet[str]]] = field(default_factory=dict)  # id -> (ETag, groups)
+
+
 def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
-                  now: datetime) -> List[EventRecord]:
+                  now: datetime, memo: Optional[WaitingGroups] = None) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
     docstring), first seen first, at most one per VM freed and from its own groups. Group facts come from
-    the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key."""
+    the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key;
+    `memo` keeps them between calls."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -59,17 +72,34 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
     if not freed_groups:
         return []
     in_a_freed_group = frozenset().union(*freed_groups)
-    waiting = [rec for rec, _ in state.active.values()
+    memo = memo if memo is not None else WaitingGroups()
+    if memo.budgets != tuple(budgets):
+        memo.budgets, memo.by_event = tuple(budgets), {}
+    waiting = [(rec, etag) for rec, etag in state.active.values()
                if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events]
-    vms_of = {rec.event_id: rows(rec) for rec in waiting}
+    groups: Dict[str, FrozenSet[str]] = {}
+    vms_of: Dict[str, List[VmState]] = {}
+    for rec, etag in waiting:
+        kept = memo.by_event.get(rec.event_id)
+        if kept is not None and kept[0] == etag:
+            groups[rec.event_id] = kept[1]
+        else:
+            vms_of[rec.event_id] = rows(rec)
     # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
     # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
-    unknown = [rec for rec in waiting if not vms_of[rec.event_id]]
+    unknown = [rec for rec, _ in waiting if rec.event_id in vms_of and not vms_of[rec.event_id]]
     if unknown:
         state.load_vms({v for rec in unknown for v in rec.reported_by.values()} - set(changes.vms))
         vms_of.update({rec.event_id: rows(rec) for rec in unknown})
-    groups = {rec.event_id: groups_of(budgets, vms_of[rec.event_id]) for rec in waiting}
-    sharing = in_order_of_first_sight(rec for rec in waiting
+    etags = {rec.event_id: etag for rec, etag in waiting}
+    for event_id, vms in vms_of.items():
+        groups[event_id] = groups_of(budgets, vms)
+    # kept for the events now waiting only, and only when every VM they name was found (one found later
+    # would add its groups). A name that moves to another vmId keeps its old holder's groups here until
+    # the event's row changes: the timer's pass, which decides every event, sees the new holder.
+    memo.by_event = {rec.event_id: (etags[rec.event_id], groups[rec.event_id]) for rec, _ in waiting
+                     if rec.event_id not in vms_of or len(vms_of[rec.event_id]) == len(rec.resources)}
+    sharing = in_order_of_first_sight(rec for rec, _ in waiting
                                       if not groups[rec.event_id].isdisjoint(in_a_freed_group))
     chosen = set(next_waiters(freed_groups, [(rec.event_id, groups[rec.event_id]) for rec in sharing]))
     return [rec for rec in sharing if rec.event_id in chosen]

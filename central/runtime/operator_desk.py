@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, Optional
 from central.model.events import EventRecord
 from central.model.times import aware
 from central.policy.arm_route import arm_owner
-from central.policy.decide import DecideConfig, FleetView, unapprovable
+from central.policy.decide import DecideConfig, unapprovable
+from central.policy.fleet_view import FleetView
 from central.policy.operator_verdicts import (
     OPERATOR_ACTIONS,
     operator_alert,
@@ -128,7 +129,7 @@ class OperatorDesk:
         was_held, mine.operator_hold = mine.operator_hold, False
         fleet = self.evaluator.view(now, [mine])
         view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known,
-                         fleet.rules)
+                         fleet.rules, fleet.groups_hint)
         if via == "arm" and arm_owner(mine, view.vms_of(mine)) is None:
             raise InvalidRequest(f"cannot approve {mine.event_id} through ARM: its owning resource is not "
                                  "known (no platform feed for it, and no forwarder of its VMs reported it)")

@@ -147,3 +147,48 @@ def test_each_freed_vm_lets_go_the_first_waiter_of_its_own_groups_for_every_budg
     assert chosen([per_set], [web1, db4]) == ["E-web", "E-db"]
     assert chosen([per_set], [web1, VmState("8", "web-8", scale_set="web")]) == ["E-web", "E-web3"]
     assert chosen([], [web1]) == [] and chosen([per_set], [lone]) == []
+
+
+def offered(svc: CentralService) -> list:
+    """The ids of the events each later deciding pass of `svc` is given, in order."""
+    decided: list = []
+    real = svc.evaluator.decide_pass
+
+    def spy(found: list, *rest: object) -> object:
+        decided.extend(r.event_id for r in found)
+        return real(found, *rest)  # type: ignore[arg-type]
+
+    svc.evaluator.decide_pass = spy  # type: ignore[method-assign]
+    return decided
+
+
+def test_waiting_events_groups_are_kept_between_calls_while_rows_are_unchanged(env: Env, hook: Hook) -> None:
+    """Freeing a slot looks up every waiting event's groups: they are kept by the event row's ETag (a 100k
+    wave has thousands waiting), and a kept entry whose ETag is not the row's is looked up again."""
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    a, _, _, d = waves(svc)
+    gone = T0 + timedelta(seconds=30)
+    svc.handle_batch([body(a.incarnation_env([], gone))], now=gone)  # E-b takes web's slot: E-c still waits
+    kept = svc.evaluator.waiting_groups.by_event
+    assert kept["E-c"] == (svc.state.active["E-c"][1], frozenset({"per-set:web"}))  # (E-b's: kept before)
+
+    decided = offered(svc)
+    # what is kept is what is used: E-c, kept as db's, is offered the slot db-d frees (its decision, on its
+    # real VM, still waits for web's)
+    kept["E-c"] = (kept["E-c"][0], frozenset({"per-set:db"}))
+    later = gone + timedelta(seconds=5)
+    svc.handle_batch([body(d.incarnation_env([], later))], now=later)
+    assert decided == ["E-c"] and states(svc)["E-c"] == "waiting-budget"
+
+
+def test_a_kept_group_whose_row_changed_is_looked_up_again(env: Env, hook: Hook) -> None:
+    svc = env.service(POLICY_JSON=ONE_PER_SET)
+    _, b, c, d = waves(svc)
+    svc.evaluator.waiting_groups.budgets = tuple(svc.policy.budgets.values())
+    svc.evaluator.waiting_groups.by_event = {"E-c": ('W/"not-its-row"', frozenset({"per-set:db"})),
+                                             "E-b": ('W/"not-its-row"', frozenset({"per-set:db"}))}
+    decided = offered(svc)
+    gone = T0 + timedelta(seconds=30)
+    ended = svc.handle_batch([body(d.incarnation_env([], gone))], now=gone)
+    assert decided == [] and ended.decisions == [] and not env.messages(b.vm_id) and not env.messages(c.vm_id)
+    assert svc.evaluator.waiting_groups.by_event["E-c"][1] == frozenset({"per-set:web"})

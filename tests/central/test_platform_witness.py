@@ -229,7 +229,7 @@ def test_without_the_scope_the_reporter_s_own_vm_still_counts(env: Env, hook: Ho
 def test_a_reporter_s_claims_about_others_count_only_within_its_hourly_allowance() -> None:
     from central.model.events import EventRecord
     from central.model.vms import VmState
-    from central.policy.decide import FleetView
+    from central.policy.fleet_view import FleetView
     from central.policy.witness import WitnessRules
 
     vms = {n: VmState(f"id-{n}", n, last_seen=T0) for n in ("a", "b")}
