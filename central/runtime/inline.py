@@ -27,6 +27,7 @@ from central.model.vms import VmState
 from central.policy.budgets import Budget, groups_of, next_waiters
 from central.policy.decide import WAITING_BUDGET
 from central.policy.fleet_view import impacting
+from central.store.active_events import ActiveEvents
 from central.store.fleet_state import Changes, FleetState
 
 
@@ -36,14 +37,62 @@ def candidates(changes: Changes, touched: Set[str]) -> List[EventRecord]:
     return in_order_of_first_sight(found)
 
 
+Rows = Callable[[EventRecord], List[VmState]]  # an event's VM rows as a plan sees them (found ones only)
+
+
 @dataclass
 class WaitingGroups:
-    """The budget groups of the events waiting for a slot, each kept while its row is unchanged (the same
-    ETag): a vmId's groups never change, and a waiting event's row seldom does, so freeing a slot does not
-    resolve the VMs of every waiting event (thousands in a 100k wave) on every call."""
+    """The events waiting for a budget slot, by budget group, kept up to date from the ids the cache says
+    changed (central.store.active_events) instead of found by scanning every active event and resolving
+    their VMs on each call that frees a slot (thousands waiting in a 100k wave). A vmId's groups never
+    change; a name that moves to another vmId keeps its old holder's groups here until the event's row
+    changes: the timer's pass, which decides every event, sees the new holder."""
 
     budgets: Tuple[Budget, ...] = ()
-    by_event: Dict[str, Tuple[str, FrozenSet[str]]] = field(default_factory=dict)  # id -> (ETag, groups)
+    source: Optional[ActiveEvents] = None  # the cache followed (a reload replaces it: index everything)
+    by_event: Dict[str, FrozenSet[str]] = field(default_factory=dict)  # waiting EventId -> its groups
+    by_group: Dict[str, Set[str]] = field(default_factory=dict)  # group -> waiting EventIds
+    partial: Set[str] = field(default_factory=set)  # waiting events some of whose VMs are not known yet
+
+    def follow(self, state: FleetState, budgets: Tuple[Budget, ...], rows: Rows, planned: Set[str]) -> None:
+        """Index the events changed since the last call (all of them after a reload or a policy change)."""
+        active = state.active
+        changed = active.take_changed() if self.source is active and self.budgets == budgets else None
+        was_partial = set(self.partial)
+        if changed is None:
+            active.take_changed()  # (starts the record of changes from here)
+            self.source, self.budgets = active, budgets
+            self.by_event, self.by_group, self.partial = {}, {}, set()
+            changed = set(active)
+        changed |= was_partial  # looked up again: their VMs may be known now
+        for event_id in changed:
+            self._drop(event_id)
+        waiting = [active[e][0] for e in changed if e in active and waits(active[e][0])]
+        found = {rec.event_id: rows(rec) for rec in waiting}
+        # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key,
+        # once. Not the plan's own VMs: their cached ETags are the ones it was made on.
+        unknown = [rec for rec in waiting if not found[rec.event_id] and rec.event_id not in was_partial]
+        if unknown:
+            state.load_vms({v for rec in unknown for v in rec.reported_by.values()} - planned)
+            found.update({rec.event_id: rows(rec) for rec in unknown})
+        for rec in waiting:
+            groups = self.by_event[rec.event_id] = groups_of(budgets, found[rec.event_id])
+            for group in groups:
+                self.by_group.setdefault(group, set()).add(rec.event_id)
+            if len(found[rec.event_id]) < len(rec.resources):
+                self.partial.add(rec.event_id)
+
+    def _drop(self, event_id: str) -> None:
+        for group in self.by_event.pop(event_id, ()):
+            members = self.by_group[group]
+            members.discard(event_id)
+            if not members:
+                del self.by_group[group]
+        self.partial.discard(event_id)
+
+
+def waits(rec: EventRecord) -> bool:
+    return rec.state == WAITING_BUDGET and not rec.ended
 
 
 def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
@@ -71,37 +120,11 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
                     for found in (groups_of(budgets, [vm]),) if found]
     if not freed_groups:
         return []
-    in_a_freed_group = frozenset().union(*freed_groups)
     memo = memo if memo is not None else WaitingGroups()
-    if memo.budgets != tuple(budgets):
-        memo.budgets, memo.by_event = tuple(budgets), {}
-    waiting = [(rec, etag) for rec, etag in state.active.values()
-               if rec.state == WAITING_BUDGET and not rec.ended and rec.event_id not in changes.events]
-    groups: Dict[str, FrozenSet[str]] = {}
-    vms_of: Dict[str, List[VmState]] = {}
-    for rec, etag in waiting:
-        kept = memo.by_event.get(rec.event_id)
-        if kept is not None and kept[0] == etag:
-            groups[rec.event_id] = kept[1]
-        else:
-            vms_of[rec.event_id] = rows(rec)
-    # the VM rows of waiting events no instance cache holds yet (another instance's partition), by key, once:
-    # a vmId's groups never change. Not the plan's own VMs: their cached ETags are the ones it was made on.
-    unknown = [rec for rec, _ in waiting if rec.event_id in vms_of and not vms_of[rec.event_id]]
-    if unknown:
-        state.load_vms({v for rec in unknown for v in rec.reported_by.values()} - set(changes.vms))
-        vms_of.update({rec.event_id: rows(rec) for rec in unknown})
-    etags = {rec.event_id: etag for rec, etag in waiting}
-    for event_id, vms in vms_of.items():
-        groups[event_id] = groups_of(budgets, vms)
-    # kept for the events now waiting only, and only when every VM they name was found (one found later
-    # would add its groups). A name that moves to another vmId keeps its old holder's groups here until
-    # the event's row changes: the timer's pass, which decides every event, sees the new holder.
-    memo.by_event = {rec.event_id: (etags[rec.event_id], groups[rec.event_id]) for rec, _ in waiting
-                     if rec.event_id not in vms_of or len(vms_of[rec.event_id]) == len(rec.resources)}
-    sharing = in_order_of_first_sight(rec for rec, _ in waiting
-                                      if not groups[rec.event_id].isdisjoint(in_a_freed_group))
-    chosen = set(next_waiters(freed_groups, [(rec.event_id, groups[rec.event_id]) for rec in sharing]))
+    memo.follow(state, tuple(budgets), rows, set(changes.vms))
+    sharing_ids = {e for group in frozenset().union(*freed_groups) for e in memo.by_group.get(group, ())}
+    sharing = in_order_of_first_sight(state.active[e][0] for e in sharing_ids if e not in changes.events)
+    chosen = set(next_waiters(freed_groups, [(rec.event_id, memo.by_event[rec.event_id]) for rec in sharing]))
     return [rec for rec in sharing if rec.event_id in chosen]
 
 

@@ -26,6 +26,7 @@ from central.model.vms import VmState
 from central.store import state_rows as rows
 
 from . import head_log
+from .active_events import ActiveEvents
 from .changes import Changes
 from .event_reads import EventReads
 from .int64 import plain
@@ -43,7 +44,7 @@ class FleetState(EventReads, VmReads):
     def __init__(self, log_store: TableLog) -> None:
         self.store = log_store
         self.vms: Dict[str, Tuple[VmState, Optional[str]]] = {}  # vmId -> (state, etag)
-        self.active: Dict[str, Tuple[EventRecord, str]] = {}  # EventId -> (record, etag of its o: row)
+        self.active = ActiveEvents()  # EventId -> (record, etag of its o: row)
         self.ended: OrderedDict[str, EventRecord] = OrderedDict()
         self.head_seq = 0
         self.head_etag: Optional[str] = None
@@ -147,7 +148,7 @@ class FleetState(EventReads, VmReads):
              "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
         )
         self.reads += 1
-        self.active = {}
+        self.active = ActiveEvents()
         head_seen = False
         self.book_etag = None
         for entity, etag in found:

@@ -162,33 +162,67 @@ def offered(svc: CentralService) -> list:
     return decided
 
 
-def test_waiting_events_groups_are_kept_between_calls_while_rows_are_unchanged(env: Env, hook: Hook) -> None:
-    """Freeing a slot looks up every waiting event's groups: they are kept by the event row's ETag (a 100k
-    wave has thousands waiting), and a kept entry whose ETag is not the row's is looked up again."""
+def test_waiting_events_are_indexed_by_group_between_calls(env: Env, hook: Hook) -> None:
+    """Freeing a slot asks which events wait in the freed groups: an index kept between calls answers (a
+    100k wave has thousands waiting), brought up to date from the events the cache says changed."""
     svc = env.service(POLICY_JSON=ONE_PER_SET)
     a, _, _, d = waves(svc)
     gone = T0 + timedelta(seconds=30)
     svc.handle_batch([body(a.incarnation_env([], gone))], now=gone)  # E-b takes web's slot: E-c still waits
-    kept = svc.evaluator.waiting_groups.by_event
-    assert kept["E-c"] == (svc.state.active["E-c"][1], frozenset({"per-set:web"}))  # (E-b's: kept before)
+    index = svc.evaluator.waiting_groups
+    assert index.by_group["per-set:web"] >= {"E-c"} and index.by_event["E-c"] == {"per-set:web"}
 
     decided = offered(svc)
-    # what is kept is what is used: E-c, kept as db's, is offered the slot db-d frees (its decision, on its
-    # real VM, still waits for web's)
-    kept["E-c"] = (kept["E-c"][0], frozenset({"per-set:db"}))
+    # what is indexed is what is used: E-c, indexed as db's, is offered the slot db-d frees (its decision,
+    # on its real VM, still waits for web's)
+    index.by_event["E-c"] = frozenset({"per-set:db"})
+    index.by_group.setdefault("per-set:db", set()).add("E-c")
     later = gone + timedelta(seconds=5)
     svc.handle_batch([body(d.incarnation_env([], later))], now=later)
     assert decided == ["E-c"] and states(svc)["E-c"] == "waiting-budget"
 
 
-def test_a_kept_group_whose_row_changed_is_looked_up_again(env: Env, hook: Hook) -> None:
+def test_an_event_the_cache_saw_change_is_indexed_again(env: Env, hook: Hook) -> None:
     svc = env.service(POLICY_JSON=ONE_PER_SET)
-    _, b, c, d = waves(svc)
-    svc.evaluator.waiting_groups.budgets = tuple(svc.policy.budgets.values())
-    svc.evaluator.waiting_groups.by_event = {"E-c": ('W/"not-its-row"', frozenset({"per-set:db"})),
-                                             "E-b": ('W/"not-its-row"', frozenset({"per-set:db"}))}
-    decided = offered(svc)
+    a, b, c, d = waves(svc)
     gone = T0 + timedelta(seconds=30)
-    ended = svc.handle_batch([body(d.incarnation_env([], gone))], now=gone)
-    assert decided == [] and ended.decisions == [] and not env.messages(b.vm_id) and not env.messages(c.vm_id)
-    assert svc.evaluator.waiting_groups.by_event["E-c"][1] == frozenset({"per-set:web"})
+    svc.handle_batch([body(a.incarnation_env([], gone))], now=gone)  # builds the index; E-b approved
+    index = svc.evaluator.waiting_groups
+    index.by_event["E-c"] = frozenset({"per-set:db"})  # wrong, as if indexed from another row
+    index.by_group.setdefault("per-set:db", set()).add("E-c")
+    rec, _ = svc.state.active["E-c"]
+    svc.state.active["E-c"] = (rec, 'W/"a-newer-row"')  # its row changed (re-read, or committed)
+    decided = offered(svc)
+    later = gone + timedelta(seconds=5)
+    ended = svc.handle_batch([body(d.incarnation_env([], later))], now=later)
+    assert decided == [] and ended.decisions == [] and not env.messages(c.vm_id)
+    assert index.by_event["E-c"] == {"per-set:web"} and "E-c" not in index.by_group.get("per-set:db", set())
+    # a reload of the cache (a new one) indexes every event again
+    svc.state.refresh(force=True)
+    index.by_event["E-c"] = frozenset({"per-set:db"})
+    index.by_group["per-set:db"] = {"E-c"}
+    end = later + timedelta(seconds=5)
+    assert [x.event_id for x in svc.handle_batch([body(b.incarnation_env([], end))], now=end).decisions] \
+        == ["E-c"]  # web's slot, by E-c's real VM (the wrong entry was dropped with the old cache)
+
+
+def test_the_cache_records_which_events_changed_for_the_index() -> None:
+    from central.model.events import EventRecord
+    from central.store.active_events import ActiveEvents
+
+    active = ActiveEvents()
+    rec = EventRecord(event_id="E-1", first_seen=T0)
+    active["E-1"] = (rec, 'W/"1"')
+    assert active.take_changed() is None  # a new cache: every entry is new to a follower
+    active["E-1"] = (rec, 'W/"1"')  # the same row read again
+    assert active.take_changed() == set()
+    active["E-1"] = (rec, 'W/"2"')
+    active["E-2"] = (rec, 'W/"1"')
+    active.pop("E-3", None)
+    assert active.take_changed() == {"E-1", "E-2", "E-3"}
+    del active["E-2"]
+    assert active.take_changed() == {"E-2"} and list(active) == ["E-1"]
+    for n in range(1100):  # events come and go, unread for long: the follower is told to look at everything
+        active[f"X-{n}"] = (rec, 'W/"1"')
+        active.pop(f"X-{n}")
+    assert active.take_changed() is None and active.take_changed() == set()

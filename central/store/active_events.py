@@ -1,0 +1,49 @@
+"""FleetState's cached active events, with the ids changed since a follower last asked.
+
+A follower keeps an index of its own over the active events (the events waiting for a budget slot, by
+group: central.runtime.inline.WaitingGroups) and brings it up to date from the ids changed since its last
+look instead of scanning thousands of active events on every call of a 100k wave. One follower: `take_changed`
+hands the changes over. When nobody asks for a long time the record of changes is dropped and the next
+`take_changed` answers None: look at everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Set, Tuple
+
+from central.model.events import EventRecord
+
+Entry = Tuple[EventRecord, str]  # (record, ETag of its o: row)
+
+
+class ActiveEvents(Dict[str, Entry]):
+    """EventId -> (record, ETag). Change it by key (`[k] = v`, `pop`, `del`): those are what it records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed: Optional[Set[str]] = None  # None: everything (new, or too long since asked)
+
+    def _note(self, event_id: str) -> None:
+        if self._changed is not None:
+            self._changed.add(event_id)
+            if len(self._changed) > 2 * len(self) + 1000:  # unread for long: cheaper to look at everything
+                self._changed = None
+
+    def __setitem__(self, event_id: str, entry: Entry) -> None:
+        before = self.get(event_id)
+        super().__setitem__(event_id, entry)
+        if before is None or not entry[1] or before[1] != entry[1]:  # (the same ETag: the same row, re-read)
+            self._note(event_id)
+
+    def __delitem__(self, event_id: str) -> None:
+        super().__delitem__(event_id)
+        self._note(event_id)
+
+    def pop(self, event_id: str, *default: Any) -> Any:  # type: ignore[override]
+        self._note(event_id)
+        return super().pop(event_id, *default)
+
+    def take_changed(self) -> Optional[Set[str]]:
+        """The ids set or removed since the last call (None: look at every entry); starts a new record."""
+        changed, self._changed = self._changed, set()
+        return changed
