@@ -94,8 +94,12 @@ class FleetView:
     def mark_impacting(self, event: EventRecord, now: datetime) -> None:
         """An event this pass just approved now counts against every budget group, counted or not yet."""
         self._marked.append(event)
-        for (budget, group), members in self._members.items():
-            self._add(members, budget, group, event, now)
+        vms = self.impacted_vms(event, now)
+        for budget in {budget for budget, _ in self._members}:  # (each VM to its own group's count, if built)
+            for vm in vms:
+                members = self._members.get((budget, budget.group_of(vm) or ""))
+                if members is not None:
+                    members.setdefault(vm.vm_id, set()).add(event.event_id)
 
     def group_size(self, budget: Budget, group: str, now: datetime) -> int:
         """VMs of `group` heard from within budgets.KNOWN_WITHIN (a percentage budget's base)."""
