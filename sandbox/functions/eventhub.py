@@ -17,6 +17,7 @@ from azure.eventhub import EventData, EventHubConsumerClient, LoadBalancingStrat
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from azure.functions import meta
 
+from . import eventhub_idle
 from .batching import PartitionBatcher
 from .hostconfig import EventHubOptions
 from .loader import FunctionSpec
@@ -47,6 +48,7 @@ def checkpoint_store(settings: AppSettings) -> BlobCheckpointStore:
 def consumer_client(
     connection: Connection, hub: str, consumer_group: str, store: BlobCheckpointStore
 ) -> EventHubConsumerClient:
+    eventhub_idle.install()  # no partition owned: wait, do not spin (sandbox.functions.eventhub_idle)
     common: Dict[str, Any] = {
         "checkpoint_store": store,
         "load_balancing_strategy": LoadBalancingStrategy.GREEDY,

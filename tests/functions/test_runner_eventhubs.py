@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Dict, Iterator, List
 
@@ -171,3 +172,50 @@ def test_a_failing_batch_is_retried_and_checkpointed_only_after_the_function_ret
     assert [r["failed"] for r in attempts] == [True, True, False]
     assert [e["body"] for e in delivered(runner_files)] == ["r-0", "r-1", "r-2"]
     assert runner.log_path is not None and "retry 2 in 1.0s" in runner.log_path.read_text()
+
+
+def test_the_sdk_loop_the_idle_wait_relies_on_is_still_there() -> None:
+    """sandbox.functions.eventhub_idle waits in `EventProcessor._consumers.items()`: the loop of `start` must
+    still read it that way, and `__init__` still create it (fails when azure-eventhub changes under it)."""
+    import inspect
+
+    from azure.eventhub._eventprocessor import event_processor
+
+    from sandbox.functions import eventhub_idle
+
+    assert "list(self._consumers.items())" in inspect.getsource(event_processor.EventProcessor.start)
+    assert "self._consumers: Dict[str, EventHubConsumer] = {}" in inspect.getsource(event_processor)
+    eventhub_idle.install()
+    eventhub_idle.install()  # idempotent: one wrapper
+    assert event_processor.EventProcessor._sandbox_waits_idle is True
+
+
+def test_a_runner_that_owns_no_partition_waits_instead_of_spinning(
+    azurite: processes.Server, tmp_path, runner_files: RunnerFiles
+) -> None:
+    """Two runners on a one-partition hub (the platform hub's shape): the one that owns nothing stays idle.
+    Without sandbox.functions.eventhub_idle it held the GIL in azure-eventhub's receive loop (~1 CPU s/s)."""
+    import psutil
+
+    one = processes.start_eventhubs([f"{HUB}=1"], log_dir=tmp_path)
+    second = RunnerFiles(tmp_path / "second")
+    runners = []
+    try:
+        for files in (runner_files, second):
+            files.write(
+                {"AzureWebJobsStorage": azurite.extra["connection_string"],
+                 "SampleHubs": processes.eventhubs_connection_string(one.port, HUB), "SAMPLE_HUB": HUB,
+                 "SAMPLE_GROUP": "idle", "TICK_SCHEDULE": "0 0 0 1 1 *"},
+                host={"version": "2.0", "extensions": {"eventHubs": {"maxEventBatchSize": BATCH}}},
+            )
+            runners.append(start_runner(files, "tests.functions.sample_app"))
+        time.sleep(8.0)  # both started and the one partition claimed
+        procs = [psutil.Process(r.proc.pid) for r in runners]
+        before = [sum(p.cpu_times()[:2]) for p in procs]
+        time.sleep(4.0)
+        rates = sorted((sum(p.cpu_times()[:2]) - b) / 4.0 for p, b in zip(procs, before))
+    finally:
+        for r in runners:
+            r.stop()
+        one.stop()
+    assert rates[-1] < 0.25, f"runners' idle CPU s/s: {rates}"
