@@ -182,10 +182,9 @@ def aligned(rows: Sequence[Sequence[str]]) -> str:
 
 def whatif_cell(r: Replayed) -> str:
     """What the candidate policy did with the event, relative to its first sight."""
-    waited = f" after {'/'.join(r.waits)}" if r.waits else ""
     if r.whatif_at is not None:
-        return f"approved +{_span(r.whatif_at - r.first_seen)}{waited}"
-    return f"held to NotBefore{waited}"
+        return _when(r.whatif_at, r.first_seen, None, r.waits)
+    return "held to NotBefore" + (f" after {'/'.join(r.waits)}" if r.waits else "")
 
 
 def _when(at: Optional[datetime], first_seen: datetime, not_before: Optional[datetime],

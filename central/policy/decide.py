@@ -3,7 +3,9 @@
 No I/O, no storage types: a replay tool can rebuild `EventRecord`s and `VmState`s from recorded history
 (the State and Decisions tables) and ask what central decided, or would decide under another policy:
 
-    verdict = decide(event, FleetView(vms_by_name, open_events), policy, now, DecideConfig())  # (.fleet_view)
+    verdict = decide(event, FleetView(vms_by_name, open_events), policy, now, DecideConfig())
+
+(FleetView: central.policy.fleet_view.)
 
 The caller (central.runtime.evaluator) commits what a verdict says under the store's concurrency control and
 only then acts on it; `record()` applies a verdict to an event record (also pure).

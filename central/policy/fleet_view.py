@@ -89,7 +89,7 @@ class FleetView:
              now: datetime) -> None:
         for vm in self.impacted_vms(event, now):
             if budget.group_of(vm) == group:
-                members.setdefault(vm.vm_id, set()).add(event.event_id)
+                _count(members, vm, event)
 
     def mark_impacting(self, event: EventRecord, now: datetime) -> None:
         """An event this pass just approved now counts against every budget group, counted or not yet."""
@@ -99,7 +99,7 @@ class FleetView:
             for vm in vms:
                 members = self._members.get((budget, budget.group_of(vm) or ""))
                 if members is not None:
-                    members.setdefault(vm.vm_id, set()).add(event.event_id)
+                    _count(members, vm, event)
 
     def group_size(self, budget: Budget, group: str, now: datetime) -> int:
         """VMs of `group` heard from within budgets.KNOWN_WITHIN (a percentage budget's base)."""
@@ -115,6 +115,10 @@ class FleetView:
         """VM ids of `group` impacted by events other than `event_id`."""
         members = self._group_members(budget, group, now)
         return {vm for vm, events in members.items() if events - {event_id}}
+
+
+def _count(members: Dict[str, Set[str]], vm: VmState, event: EventRecord) -> None:
+    members.setdefault(vm.vm_id, set()).add(event.event_id)  # (a group's count: vmId -> its events)
 
 
 def impacting(event: EventRecord, now: datetime) -> bool:

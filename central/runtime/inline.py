@@ -96,11 +96,11 @@ def waits(rec: EventRecord) -> bool:
 
 
 def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget],
-                  now: datetime, memo: Optional[WaitingGroups] = None) -> List[EventRecord]:
+                  now: datetime, memo: WaitingGroups) -> List[EventRecord]:
     """The committed events waiting for a budget that `changes` frees a slot of (see the module's
     docstring), first seen first, at most one per VM freed and from its own groups. Group facts come from
     the plan's and the cached VM rows (a vmId's groups never change), the missing ones read by key;
-    `memo` keeps them between calls."""
+    `memo` (the caller's, one per cache: it takes the cache's record of changes) keeps them between calls."""
     if not budgets:
         return []
     freed = [rec for event_id, rec in changes.events.items()
@@ -120,10 +120,10 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
                     for found in (groups_of(budgets, [vm]),) if found]
     if not freed_groups:
         return []
-    memo = memo if memo is not None else WaitingGroups()
     memo.follow(state, tuple(budgets), rows, set(changes.vms))
     sharing_ids = {e for group in frozenset().union(*freed_groups) for e in memo.by_group.get(group, ())}
-    sharing = in_order_of_first_sight(state.active[e][0] for e in sharing_ids if e not in changes.events)
+    current = [state.active[e][0] for e in sharing_ids if e not in changes.events and e in state.active]
+    sharing = in_order_of_first_sight(rec for rec in current if waits(rec))
     chosen = set(next_waiters(freed_groups, [(rec.event_id, memo.by_event[rec.event_id]) for rec in sharing]))
     return [rec for rec in sharing if rec.event_id in chosen]
 

@@ -1,4 +1,5 @@
-"""FleetState's cached active events, with the ids changed since a follower last asked.
+"""FleetState's cached active events, with the ids changed since a follower last asked (and the VMs
+that reported them, by name).
 
 A follower keeps an index of its own over the active events (the events waiting for a budget slot, by
 group: central.runtime.inline.WaitingGroups) and brings it up to date from the ids changed since its last
@@ -22,6 +23,9 @@ class ActiveEvents(Dict[str, Entry]):
     def __init__(self) -> None:
         super().__init__()
         self._changed: Optional[Set[str]] = None  # None: everything (new, or too long since asked)
+        # VM name -> a vmId that reported an event cached here under it: name hints (central.store.vm_reads),
+        # kept as events are set instead of found by scanning every active event on each VM read
+        self.reporters: Dict[str, str] = {}
 
     def _note(self, event_id: str) -> None:
         if self._changed is not None:
@@ -32,6 +36,7 @@ class ActiveEvents(Dict[str, Entry]):
     def __setitem__(self, event_id: str, entry: Entry) -> None:
         before = self.get(event_id)
         super().__setitem__(event_id, entry)
+        self.reporters.update(entry[0].reported_by)
         if before is None or not entry[1] or before[1] != entry[1]:  # (the same ETag: the same row, re-read)
             self._note(event_id)
 

@@ -30,7 +30,6 @@ class EventReads:
     reads: int
     _absent: Set[str]
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
-    note_reporters: Callable[[EventRecord], None]  # central.store.vm_reads
 
     def _read_head(self) -> Tuple[Optional[dict], Optional[str], Optional[str]]:
         """(head entity, its etag, the book's etag), read now in one query."""
@@ -76,7 +75,6 @@ class EventReads:
             got = found.get(rows.event_key(event_id, active=True))
             if got is not None:
                 self.active[event_id] = (rows.event_from_entity(got[0]), got[1] or "")
-                self.note_reporters(self.active[event_id][0])
             else:
                 self.active.pop(event_id, None)
 

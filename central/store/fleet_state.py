@@ -56,7 +56,6 @@ class FleetState(EventReads, VmReads):
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
         self.named: Dict[str, VmState] = {}  # VM name -> its row as vms_by_name last read it
-        self.reporters: Dict[str, str] = {}  # VM name -> a vmId that reported a cached event under it
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -161,7 +160,6 @@ class FleetState(EventReads, VmReads):
                 continue
             rec = rows.event_from_entity(entity)
             self.active[rec.event_id] = (rec, etag)
-            self.note_reporters(rec)
         if not head_seen:  # a new table: the head starts at 0, so event commits never race to insert it
             self._create_head()
         self.loaded = True
@@ -307,7 +305,6 @@ class FleetState(EventReads, VmReads):
                 rec = changes.events[key]
                 if not rec.ended or rec.pending_alerts:
                     self.active[key] = (rec, etag or "")
-                    self.note_reporters(rec)
                 else:
                     self.active.pop(key, None)
                     self._remember_ended(rec)

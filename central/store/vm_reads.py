@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
+from .active_events import ActiveEvents
 from .tables import TableLog
 
 TABLE = "State"
@@ -26,8 +26,7 @@ class VmReads:
     vms: Dict[str, Tuple[VmState, Optional[str]]]  # vmId -> (state, etag)
     names: Dict[str, Tuple[str, Optional[str]]]  # VM name -> (bound vmId, etag); read ones
     named: Dict[str, VmState]  # VM name -> its row as vms_by_name last read it
-    reporters: Dict[str, str]  # VM name -> the vmId that reported a cached event under it (name_hints)
-    active: Dict[str, Tuple[EventRecord, str]]  # FleetState's cached active events
+    active: ActiveEvents  # FleetState's cached active events
     reads: int
 
     def vm(self, vm_id: str) -> Optional[VmState]:
@@ -77,15 +76,12 @@ class VmReads:
         """The vmId bound to `name` ('' when unbound); load_names first."""
         return self.names.get(name, ("", None))[0]
 
-    def note_reporters(self, rec: EventRecord) -> None:
-        """An event entered the cache: the vmIds that reported it, by name, are hints for name_hints."""
-        self.reporters.update(rec.reported_by)
-
     def name_hints(self, names: Set[str]) -> Dict[str, str]:
         """The vmIds that reported events this instance cached under these names: likely holders, known
         without a read (vms_by_name checks each on its VM row). Kept as events are cached, not found by
         scanning the active events on every read (thousands in a 100k wave)."""
-        return {name: self.reporters[name] for name in names if name in self.reporters}
+        reporters = self.active.reporters  # (central.store.active_events keeps them)
+        return {name: reporters[name] for name in names if name in reporters}
 
     def vms_by_name(self, names: Iterable[str]) -> Dict[str, VmState]:
         """The current rows of the VMs holding these names, read now (liveness any instance saw), by key:

@@ -5,8 +5,8 @@ azure-eventhub's sync `EventProcessor.start` (5.15, `_eventprocessor/event_proce
 owned, which is the case of every runner but one on the platform hub (1 partition) and of any runner
 beyond a hub's partition count, that loop never blocks and holds the GIL. Measured (bench.fleet_scale,
 1,000 VMs): the runners' idle background CPU was 0.007 CPU s/s on 1 runner and 1.97 CPU s/s on 4, on a
-2-core machine, which is also where the 4 runners' invocations ran. The Functions host (.NET) has no such
-loop, so the sandbox should not either.
+2-core machine, which is also where the 4 runners' invocations ran. The Functions host runs the .NET
+Event Hubs extension, not this Python loop, so the sandbox should not spin either.
 
 The one private name used is `EventProcessor._consumers` (the dict that loop reads): its `items()` waits
 IDLE_POLL when it is empty, so a processor with nothing to read polls 20 times a second and reads a
