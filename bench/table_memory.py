@@ -172,8 +172,14 @@ class MemoryStorage:
 
     def _etag(self) -> Tuple[str, str]:
         self._tick += 1
-        at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=self._tick // 10)
-        stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f") + str(self._tick % 10) + "Z"
+        micros, tenth = divmod(self._tick, 10)
+        if micros < 86_400_000_000:  # the first day (every run): formatted without a datetime, per write
+            seconds, fraction = divmod(micros, 1_000_000)
+            minutes, second = divmod(seconds, 60)
+            stamp = f"2026-01-01T{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}.{fraction:06d}{tenth}Z"
+        else:
+            at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
+            stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f") + str(tenth) + "Z"
         return f"W/\"datetime'{stamp.replace(':', '%3A')}'\"", stamp
 
     def _write(self, method: str, table: str, pk: str, rk: str, body: Dict[str, Any],

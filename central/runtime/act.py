@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -55,6 +56,25 @@ def next_try(alert: Alert, now: datetime) -> datetime:
 MAX_TRIES = 8
 
 
+@dataclass
+class Marks:
+    """A change to commit on some events (`change` returns False where it does not apply)."""
+
+    event_ids: List[str]
+    change: Callable[[EventRecord], bool]
+    bookkeeping: bool  # FleetState.commit's: no decision about another event reads what it changes
+
+    def joined(self, other: Marks) -> Marks:
+        """Both changes, for one commit (bookkeeping only if both are)."""
+        parts = ((set(self.event_ids), self.change), (set(other.event_ids), other.change))
+
+        def both(rec: EventRecord) -> bool:
+            return any([change(rec) is not False for ids, change in parts if rec.event_id in ids])
+
+        return Marks(list(dict.fromkeys([*self.event_ids, *other.event_ids])), both,
+                     self.bookkeeping and other.bookkeeping)
+
+
 class Actor:
     def __init__(
         self, state: FleetState, logs: TableLog, sender: ApprovalSender, alerter: WebhookAlerter,
@@ -69,11 +89,14 @@ class Actor:
         self.lost_races = 0  # commits here that lost a race (the service adds them to its calls' results)
 
     # ---- approvals ------------------------------------------------------------------------------
-    def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
+    def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult,
+                       defer: bool = False) -> Optional[Marks]:
         """Send each committed attempt while its send lease holds, then mark them sent in one commit (a
         send the queue refuses removes its attempt: the next evaluation tries again). The lease is
         checked against the time elapsed since the call began: a slow queue cannot stretch it. ARM
-        attempts (central.runtime.arm_approvals) are called after the queue sends, one call per owner."""
+        attempts (central.runtime.arm_approvals) are called after the queue sends, one call per owner.
+        `defer`: queue sends' marks are returned instead of committed, for `deliver` to commit with the
+        alerts it settles (one commit where a wave's calls made two); ARM answers are committed at once."""
         done: Dict[str, int] = {}
         failed: Dict[str, int] = {}
         arm_items: List[Tuple[str, Approval]] = []
@@ -109,14 +132,16 @@ class Actor:
                                   vm_id=attempt.vm_id, first_seen=rec.first_seen if rec else None,
                                   sent_at=now)
         acks = arm_approvals.carry_out(self.arm, arm_items, self._active, self.logs, now, result)
-        if done or failed or acks or skipped:
-            self._update_many(
-                [*done, *failed, *acks, *skipped],
-                now,
-                lambda r: self._settle(r, done, failed, acks, skipped, now),
-                # an attempt taken back, revoked or answered by ARM changes budgets: that moves the head
-                bookkeeping=not (failed or acks or skipped),
-            )
+        if not (done or failed or acks or skipped):
+            return None
+        marks = Marks([*done, *failed, *acks, *skipped],
+                      lambda r: self._settle(r, done, failed, acks, skipped, now),
+                      # an attempt taken back, revoked or answered by ARM changes budgets: that moves the head
+                      bookkeeping=not (failed or acks or skipped))
+        if defer and not (acks or skipped):
+            return marks
+        self._update_many(marks.event_ids, now, marks.change, bookkeeping=marks.bookkeeping)
+        return None
 
     def _settle(self, rec: EventRecord, done: Dict[str, int], failed: Dict[str, int],
                 acks: Dict[str, Tuple[int, arm_approvals.Ack]], skipped: Dict[str, int],
@@ -166,11 +191,13 @@ class Actor:
         result: BatchResult,
         mine: Optional[List[str]] = None,
         extra: Optional[List[Tuple[Alert, Optional[str]]]] = None,
+        marks: Optional[Marks] = None,
     ) -> None:
         """Deliver alerts owed: `mine` (keys this call committed: tried at once), else every alert due
         (the timer: leased first, in one commit, so two instances do not both try). The Alerts log rows
         are written before the alerts stop being owed: a crash in between repeats a POST (same key),
-        never loses a row or an alert."""
+        never loses a row or an alert. `marks` (send_approvals, deferred) are committed with the settled
+        alerts, after the log rows; before a failed write of those rows is raised."""
         self.alerter.new_batch()
         owing: Dict[str, List[str]] = {}
         for rec, _ in self.state.active.values():
@@ -201,10 +228,17 @@ class Actor:
         for alert, _, delivery in rows_done:
             self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
         if outcomes or rows_done:
-            self.logs.flush()
-        if outcomes:
-            self._update_many(list(outcomes), now, lambda r: self._settle_event(r, outcomes[r.event_id], now),
-                              bookkeeping=True)
+            try:
+                self.logs.flush()
+            except StoreError:
+                if marks is not None:  # the sends happened: mark them, or the timer sends them again
+                    self._update_many(marks.event_ids, now, marks.change, bookkeeping=marks.bookkeeping)
+                raise
+        if outcomes or marks is not None:
+            settle = Marks(list(outcomes), lambda r: self._settle_event(r, outcomes[r.event_id], now), True)
+            if marks is not None:
+                settle = marks.joined(settle)
+            self._update_many(settle.event_ids, now, settle.change, bookkeeping=settle.bookkeeping)
         for alert, etag, delivery in rows_done:
             self._settle_row(alert, etag, delivery, now)
 

@@ -205,7 +205,7 @@ class TableLog:
                          select: Optional[List[str]] = None) -> List[Tuple[Dict[str, Any], str]]:
         self.ensure_tables()
         try:
-            found = batch_wire.query(self.client(table), filter_, parameters or {}, select)
+            found = batch_wire.query(self.client(table), filter_, parameters or {}, select, timestamps=False)
             return [(dict(e), e.metadata.get("etag", "")) for e in found]
         except AzureError as exc:
             raise StoreError(f"{self.name(table)} query failed: {exc}"[:500]) from exc

@@ -15,7 +15,7 @@ from central.model.events import EventRecord
 from central.model.vms import VmState
 from central.runtime.inline import all_vms_over, vms_by_name_over
 from central.store.fleet_state import Changes, FleetState
-from central.store.tables import Conflict, TableLog
+from central.store.tables import Conflict, StoreError, TableLog
 from sandbox import processes
 
 from .conftest import Env, Hook
@@ -41,6 +41,37 @@ def test_a_batch_with_a_new_event_moves_the_head_once(env: Env, hook: Hook) -> N
     (row,) = env.rows("Events")
     assert json.loads(row["Approvals"])[0]["sent"] is True and row["PendingAlertCount"] == 0
     assert result.conflicts == 0
+
+
+def test_sent_marks_and_settled_alerts_share_one_commit(env: Env, hook: Hook) -> None:
+    """After the decision's commit, one more: the attempt marked sent and its alert settled together, once
+    the Alerts row is written (a wave's calls made two commits there)."""
+    svc = env.service()
+    a = Vm("vm-a")
+    commits: list = []
+    commit = svc.state.commit
+    svc.state.commit = lambda changes, now, bookkeeping=False: (  # type: ignore[method-assign]
+        commits.append(bookkeeping) or commit(changes, now, bookkeeping=bookkeeping))
+    result = svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-one", ["vm-a"])]))], now=T0)
+    assert result.approvals_sent == 1 and len(hook.alerts()) == 1
+    assert commits == [False, True]  # the decision's (head), then the bookkeeping (book)
+    (row,) = env.rows("Events")
+    assert json.loads(row["Approvals"])[0]["sent"] is True and row["PendingAlertCount"] == 0
+    assert len(env.rows("Alerts")) == 1
+
+
+def test_sends_are_marked_when_the_log_rows_cannot_be_written(env: Env, hook: Hook) -> None:
+    """The Alerts rows' write fails after the approval went out: the attempt is still marked sent (no
+    second send by the timer), the alert stays owed, and the call fails for the host to retry."""
+    svc = env.service()
+    a = Vm("vm-a")
+    svc.state.refresh()  # the tables exist; then the log store loses one
+    env.tables.delete_table(env.prefix + "Alerts")
+    with pytest.raises(StoreError):
+        svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-down", ["vm-a"])]))], now=T0)
+    assert len(env.messages(a.vm_id)) == 1
+    (row,) = env.rows("Events")
+    assert json.loads(row["Approvals"])[0]["sent"] is True and row["PendingAlertCount"] == 1
 
 
 def test_two_instances_one_decision_when_both_bring_the_event(env: Env, hook: Hook) -> None:

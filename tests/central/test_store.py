@@ -216,3 +216,8 @@ def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Serve
     with pytest.raises(ResourceNotFoundError):
         missing.query_entities("PartitionKey eq 'p'").next()
     assert log.query_with_etags("State", *keys) == [(e, m["etag"]) for e, m in sdk(*keys)]
+    # without the Timestamp parsed (query_with_etags keeps only the ETag): the same entities and ETags
+    bare = [(dict(e), e.metadata) for e in batch_wire.query(client, *every, timestamps=False)]
+    assert [e for e, _ in bare] == [e for e, _ in sdk(*every)]
+    assert [m["etag"] for _, m in bare] == [m["etag"] for _, m in sdk(*every)]
+    assert all(m["timestamp"] is None for _, m in bare) and all(m["timestamp"] for _, m in sdk(*every))
