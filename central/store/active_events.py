@@ -48,6 +48,16 @@ class ActiveEvents(Dict[str, Entry]):
         self._note(event_id)
         return super().pop(event_id, *default)
 
+    def replace_all(self, entries: Dict[str, Entry]) -> None:
+        """Hold exactly `entries` (a reload of every active row): only the ids whose rows differ are
+        recorded as changed (a row kept with its ETag is the same row), and the name hints start again
+        from these events."""
+        for event_id in [e for e in self if e not in entries]:
+            del self[event_id]
+        self.reporters = {}
+        for event_id, entry in entries.items():
+            self[event_id] = entry
+
     def take_changed(self) -> Optional[Set[str]]:
         """The ids set or removed since the last call (None: look at every entry); starts a new record."""
         changed, self._changed = self._changed, set()

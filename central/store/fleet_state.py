@@ -147,7 +147,7 @@ class FleetState(EventReads, VmReads):
              "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
         )
         self.reads += 1
-        self.active = ActiveEvents()
+        fresh: Dict[str, Tuple[EventRecord, str]] = {}
         head_seen = False
         self.book_etag = None
         for entity, etag in found:
@@ -158,8 +158,13 @@ class FleetState(EventReads, VmReads):
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
                 self.head_log = head_log.read(entity)
                 continue
-            rec = rows.event_from_entity(entity)
-            self.active[rec.event_id] = (rec, etag)
+            cached = self.active.get(entity.get("EventId", ""))
+            if cached is not None and etag and cached[1] == etag:  # the very row cached: not parsed again
+                fresh[cached[0].event_id] = cached
+            else:
+                rec = rows.event_from_entity(entity)
+                fresh[rec.event_id] = (rec, etag)
+        self.active.replace_all(fresh)
         if not head_seen:  # a new table: the head starts at 0, so event commits never race to insert it
             self._create_head()
         self.loaded = True

@@ -52,7 +52,8 @@ def test_sent_marks_and_settled_alerts_share_one_commit(env: Env, hook: Hook) ->
     commit = svc.state.commit
     svc.state.commit = lambda changes, now, bookkeeping=False: (  # type: ignore[method-assign]
         commits.append(bookkeeping) or commit(changes, now, bookkeeping=bookkeeping))
-    result = svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-one", ["vm-a"])]))], now=T0)
+    reports = [body(a.heartbeat()), body(a.incarnation_env([event("E-one", ["vm-a"])]))]
+    result = svc.handle_batch(reports, now=T0)
     assert result.approvals_sent == 1 and len(hook.alerts()) == 1
     assert commits == [False, True]  # the decision's (head), then the bookkeeping (book)
     (row,) = env.rows("Events")
