@@ -19,7 +19,6 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.clone import clone_event
 from central.model.events import SEND_LEASE, Approval, EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
-from central.policy.budgets import Budget
 from central.policy.decide import (
     HAND_DECIDERS,
     DecideConfig,
@@ -30,7 +29,7 @@ from central.policy.decide import (
     shadow_record,
 )
 from central.policy.document import Policy
-from central.policy.fleet_view import FleetView, GroupsHint
+from central.policy.fleet_view import FleetView
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import MAX_OPS, Conflict, StoreError, TableLog
@@ -40,7 +39,7 @@ from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
 from .inline import WaitingGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
 from .results import BatchResult, Decision
-from .vm_facts import LazyVms, Read, groups_hint, reading_fewer
+from .vm_facts import LazyVms, groups_hint, reading_fewer
 
 log = logging.getLogger("central.evaluator")  # stable: docs and queries select on it
 
@@ -81,6 +80,10 @@ class Evaluator:
         """What deciding `candidates` may look at. `planned`: changes not committed yet (deciding inside
         the ingest commit, central.runtime.inline): their events and VMs stand over the committed ones.
         `screening`: the candidates' own VMs from the cache too, where reusable (see `run`)."""
+        events = {rec.event_id: rec for rec, _ in self.state.active.values()}
+        events.update(planned.events if planned is not None else {})
+        open_events = [rec for rec in events.values() if not rec.ended]
+
         first = {name for rec in candidates for name in rec.resources}
         budgets = [*self.policy.budgets.values(), *(self.shadow.budgets.values() if self.shadow else ())]
 
@@ -104,41 +107,10 @@ class Evaluator:
         keep_out = {vm.name for vm in planned_vms.values()}
         read = reading_fewer(read, self.state.named, fresh, keep_out, now, self.config.liveness)
         hint = groups_hint(self.state.named, planned_vms, now, self.config.liveness)
-        preread = self._read_behind(candidates, budgets, hint, read)
-        events = {rec.event_id: rec for rec, _ in self.state.active.values()}
-        events.update(planned.events if planned is not None else {})
-        open_events = [rec for rec in events.values() if not rec.ended]
-        view = FleetView(LazyVms(first, then, read, preread), open_events, self.config.liveness,
+        view = FleetView(LazyVms(first, then, read), open_events, self.config.liveness,
                          known if self.policy.needs_group_sizes else None, rules=self.config.witness,
                          groups_hint=hint)
         return view
-
-    def _read_behind(self, candidates: List[EventRecord], budgets: List[Budget], hint: GroupsHint,
-                     read: Read) -> Tuple[Set[str], Dict[str, VmState]]:
-        """Read the events the cache left behind (FleetState.leave_behind) that may share a budget group with
-        `candidates`: those its cached VM rows place in one of their groups, or cannot place. A candidate the
-        cache cannot place is placed by its VMs read now (the read the pass makes first anyway: returned,
-        as LazyVms's start). Other groups' events are not read: no budget count here includes them."""
-        behind = self.state.behind - {rec.event_id for rec in candidates}
-        if not behind or not budgets:
-            return set(), {}
-        unplaced = {n for rec in candidates for b in budgets if hint(rec, b) is None for n in rec.resources}
-        rows = read(unplaced) if unplaced else {}
-        groups: Dict[Budget, Set[str]] = {b: set() for b in budgets}
-        for rec in candidates:
-            for b in budgets:
-                placed = hint(rec, b)
-                if placed is None:
-                    found = (b.group_of(vm) for vm in map(rows.get, rec.resources) if vm is not None)
-                    placed = frozenset(g for g in found if g)
-                groups[b] |= placed
-
-        def shares(rec: EventRecord) -> bool:
-            return any(found is None or found & groups[b] for b in budgets for found in (hint(rec, b),))
-
-        active = self.state.active
-        self.state.bring_current([e for e in behind if e not in active or shares(active[e][0])])
-        return unplaced, rows
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
         """Decide the given events (None: every active event) and commit. Returns the attempts this
@@ -147,7 +119,6 @@ class Evaluator:
         if wanted is None:
             wanted = self._screen(now)
         for _ in range(MAX_TRIES):
-            self.state.bring_current(wanted)  # (left behind: read before deciding them)
             candidates = self._active(wanted)
             if not candidates:
                 return []

@@ -122,7 +122,6 @@ def freed_waiters(state: FleetState, changes: Changes, budgets: Sequence[Budget]
         return []
     memo.follow(state, tuple(budgets), rows, set(changes.vms))
     sharing_ids = {e for group in frozenset().union(*freed_groups) for e in memo.by_group.get(group, ())}
-    state.bring_current(sharing_ids)  # (waiting as this cache last read them: read the ones left behind)
     current = [state.active[e][0] for e in sharing_ids if e not in changes.events and e in state.active]
     sharing = in_order_of_first_sight(rec for rec in current if waits(rec))
     chosen = set(next_waiters(freed_groups, [(rec.event_id, memo.by_event[rec.event_id]) for rec in sharing]))

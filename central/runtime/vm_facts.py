@@ -19,7 +19,7 @@ not every impacting event of the fleet (thousands in a 100k wave).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, Mapping, Optional, Set
 
 from central.intake.authz import NAME_RELEASE
 from central.model.events import EventRecord
@@ -81,19 +81,17 @@ class LazyVms(Mapping):
     read when asked for."""
 
     def __init__(self, first: Set[str], then: Callable[[Mapping[str, VmState]], Set[str]],
-                 read: Read, preread: Optional[Tuple[Set[str], Dict[str, VmState]]] = None) -> None:
+                 read: Read) -> None:
         self._first = first
         self._then = then
         self._read = read
         self._vms: Optional[Dict[str, VmState]] = None
         self._asked: Set[str] = set()
-        self._preread = preread or (set(), {})  # names already read for this pass, and their rows
 
     def _load(self) -> Dict[str, VmState]:
         if self._vms is None:
-            asked, rows = self._preread
-            self._vms = {**rows, **self._read(self._first - asked)}
-            self._asked = set(self._first) | asked
+            self._vms = dict(self._read(self._first))
+            self._asked = set(self._first)
             more = self._then(self._vms) - self._asked
             if more:
                 self._vms.update(self._read(more))

@@ -5,7 +5,7 @@ read one at a time), and finding an event in either."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, Optional, Set, Tuple
 
 from central.model.events import EventRecord
 from central.store import state_rows as rows
@@ -27,8 +27,6 @@ class EventReads:
     head_etag: Optional[str]
     head_log: Optional[head_log.Log]
     catch_ups: Dict[str, int]
-    head_regrouped: Optional[Dict[str, Any]]  # the head's regrouped log as last read or written (head_log)
-    behind: Set[str]  # changed events left unread (`leave_behind`): read when asked for (`bring_current`)
     reads: int
     _absent: Set[str]
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
@@ -60,33 +58,10 @@ class EventReads:
         return changed
 
     def _at_head(self, head: dict, etag: Optional[str]) -> None:
-        """The cache now holds every event as of `head` (its changed events were read, or left `behind`)."""
+        """The cache now holds every event as of `head` (its changed events were read)."""
         self.head_seq, self.head_etag = int(plain(head.get("Seq"), 0)), etag
-        self.head_log, self.head_regrouped = head_log.read(head), head_log.read_regrouped(head)
+        self.head_log = head_log.read(head)
         self.catch_ups["changed"] += 1
-
-    def leave_behind(self, changed: Set[str], head: dict, needed: Iterable[str]) -> Set[str]:
-        """Of the events `head` (read now) says changed since the cached head, the ones to read now: those
-        `needed`, those this cache holds no row of, and those the head says were created or renamed (all
-        of them when it cannot say). The others join `behind`: their cached rows name the same VMs, so a
-        decision can tell from those whether it needs them (central.runtime.evaluator reads the ones that
-        may share a budget group with what it decides); everything else reads them before use (`find_event`,
-        `refresh`). On 4 instances most of what a call would catch up on is other instances' events in
-        other groups (issue 24). Too many behind: all read now."""
-        regrouped = head_log.regrouped_since(head_log.read_regrouped(head), self.head_seq,
-                                             int(plain(head.get("Seq"), 0)))
-        if regrouped is None or len(self.behind | changed) > max(CATCH_UP_MIN, len(self.active) // 2):
-            return changed | self.behind
-        keep = set(needed)
-        now = {e for e in changed if e in regrouped or e in keep or e not in self.active}
-        self.behind |= changed - now
-        return now
-
-    def bring_current(self, event_ids: Iterable[str]) -> None:
-        """Read the rows of these events that this cache left behind (one query for up to 14)."""
-        wanted = self.behind.intersection(event_ids)
-        if wanted:
-            self._read_events(wanted)
 
     def _read_events(self, event_ids: Iterable[str]) -> None:
         """Re-read these events' active rows into the cache; an event with none has ended (its ended row is
@@ -97,7 +72,6 @@ class EventReads:
     def _install_active(self, event_ids: Iterable[str], found: Found) -> None:
         for event_id in event_ids:
             self._absent.discard(event_id)
-            self.behind.discard(event_id)
             got = found.get(rows.event_key(event_id, active=True))
             if got is not None:
                 self.active[event_id] = (rows.event_from_entity(got[0]), got[1] or "")
@@ -126,8 +100,6 @@ class EventReads:
     def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
         """(record, active) for a known event: the active cache, else an ended one (a late report of an
         event that ended any time ago is recognised), else (None, False): new."""
-        if event_id in self.behind:
-            self._read_events({event_id})
         if event_id in self.active:
             return self.active[event_id][0], True
         if event_id in self.ended:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
 from central.model.events import EventRecord
@@ -49,8 +49,6 @@ class FleetState(EventReads, VmReads):
         self.head_seq = 0
         self.head_etag: Optional[str] = None
         self.head_log: Optional[head_log.Log] = None  # the head row's change log as last read or written
-        self.head_regrouped: Optional[Dict[str, Any]] = None  # and its log of events created or renamed
-        self.behind: Set[str] = set()  # changed events not read yet (EventReads.leave_behind)
         self.catch_ups = {"changed": 0, "all": 0}  # re-reads after a moved head: only what changed, or all
         self.book_etag: Optional[str] = None  # the `book` row as last read (bookkeeping commits move it)
         self.loaded = False
@@ -70,22 +68,18 @@ class FleetState(EventReads, VmReads):
             return True
         head, etag, book = self._read_head()
         if etag == self.head_etag and book == self.book_etag:
-            if not self.behind:
-                return False
-            self._read_events(set(self.behind))
-            return True
+            return False
         if book != self.book_etag or not self._catch_up(head, etag):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
     def _catch_up(self, head: Optional[dict], etag: Optional[str], also: Iterable[str] = ()) -> bool:
         """Bring the active cache to `head` (read now) by reading only the events its log says changed since
-        the head this cache holds, those it left behind, and `also`. False (nothing done) when the log does
-        not reach back."""
+        the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
         changed = self._changed_since(head, etag)
         if changed is None or head is None:
             return False
-        self._read_events(changed | self.behind | set(also))
+        self._read_events(changed | set(also))
         self._at_head(head, etag)
         return True
 
@@ -99,7 +93,7 @@ class FleetState(EventReads, VmReads):
             self.refresh()
             return
         head, etag, _ = self._read_head()
-        if etag == self.head_etag and not also and not self.behind:
+        if etag == self.head_etag and not also:
             return
         if not self._catch_up(head, etag, also):
             self._reload_active()
@@ -122,8 +116,7 @@ class FleetState(EventReads, VmReads):
                 if found_changed is None or head is None:
                     self._reload_active()
                 else:
-                    changed, at = self.leave_behind(found_changed, head, reported), (head, etag)
-        changed |= self.behind.intersection(reported)  # left behind earlier, reported now
+                    changed, at = found_changed, (head, etag)
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()
@@ -154,7 +147,6 @@ class FleetState(EventReads, VmReads):
              "hi": rows.ACTIVE[:-1] + chr(ord(rows.ACTIVE[-1]) + 1)},
         )
         self.reads += 1
-        self.behind = set()
         fresh: Dict[str, Tuple[EventRecord, str]] = {}
         head_seen = False
         self.book_etag = None
@@ -164,7 +156,7 @@ class FleetState(EventReads, VmReads):
                 continue
             if entity.get("RowKey") == rows.HEAD:
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
-                self.head_log, self.head_regrouped = head_log.read(entity), head_log.read_regrouped(entity)
+                self.head_log = head_log.read(entity)
                 continue
             cached = self.active.get(entity.get("EventId", ""))
             if cached is not None and etag and cached[1] == etag:  # the very row cached: not parsed again
@@ -181,10 +173,9 @@ class FleetState(EventReads, VmReads):
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
             head = rows.head_entity(0, datetime.now(timezone.utc))
-            regrouped = head_log.regrouped_appended(None, 0, [], 0)
-            head_log.write(head, [], regrouped)
+            head_log.write(head, [])
             etags = self.store.transact(TABLE, [Op("insert", head)])
-            self.head_seq, self.head_etag, self.head_log, self.head_regrouped = 0, etags[0], [], regrouped
+            self.head_seq, self.head_etag, self.head_log = 0, etags[0], []
             return
         except Conflict:
             pass
@@ -194,7 +185,7 @@ class FleetState(EventReads, VmReads):
             self.head_seq, self.head_etag = 0, None
         else:
             self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
-            self.head_log, self.head_regrouped = head_log.read(got[0]), head_log.read_regrouped(got[0])
+            self.head_log = head_log.read(got[0])
 
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""
@@ -233,11 +224,7 @@ class FleetState(EventReads, VmReads):
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
             new_log = head_log.appended(self.head_log, seq, changes.events)
-            # the events this commit creates or renames (their budget groups may change): read by every reader
-            renamed = [e for e, rec in changes.events.items()
-                       if e not in self.active or self.active[e][0].resources != rec.resources]
-            new_regrouped = head_log.regrouped_appended(self.head_regrouped, seq, renamed, new_log[0][0])
-            head_log.write(head, new_log, new_regrouped)
+            head_log.write(head, new_log)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
             owners.append(("head", ""))
         for vm_id, vm in changes.vms.items():
@@ -283,7 +270,7 @@ class FleetState(EventReads, VmReads):
             raise
         self._install(changes, owners, etags, seq)
         if seq:
-            self.head_log, self.head_regrouped = new_log, new_regrouped
+            self.head_log = new_log
         return seq
 
     def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:

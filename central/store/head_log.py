@@ -14,7 +14,6 @@ from typing import Any, Dict, Iterable, List, Optional, Set
 from .tables import get_json, put_json
 
 COLUMN = "Changed"
-REGROUPED = "Regrouped"  # {"from": seq, "to": seq, "log": [[seq, "id id ..."], ...]}: `regrouped_appended`
 LOG_CHARS = 12_000  # ~300 event ids: a few batches of every instance; one column (< 32K characters)
 
 Log = List[List[Any]]
@@ -36,10 +35,8 @@ def appended(log: Optional[Log], seq: int, event_ids: Iterable[str]) -> Log:
     return out
 
 
-def write(head: Dict[str, Any], log: Log, regrouped: Optional[Dict[str, Any]] = None) -> None:
+def write(head: Dict[str, Any], log: Log) -> None:
     put_json(head, COLUMN, log)
-    if regrouped is not None:
-        put_json(head, REGROUPED, regrouped)
 
 
 def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]:
@@ -53,42 +50,6 @@ def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]
         return None
     out: Set[str] = set()
     for seq, ids in log:
-        if int(seq) > have:
-            out.update(str(ids).split())
-    return out
-
-
-# ---- which changed events a reader must not leave behind ------------------------------------------------
-# A reader may leave a changed event unread until a decision needs it (central.store.event_reads), placing
-# it in budget groups by the VMs its cached row names. That holds while its VM names stay as cached: the
-# head also logs the events each commit created or changed the names of (their groups may differ), over a
-# stated range of commits ("from".."to": a head rewritten by a version that kept no such log has none).
-
-
-def regrouped_appended(before: Optional[Dict[str, Any]], seq: int, event_ids: Iterable[str],
-                       oldest: int) -> Dict[str, Any]:
-    """The head's regrouped log for commit `seq` (`before`: the head's as last read or written, at seq - 1),
-    keeping commits from `oldest` on (the change log's oldest, so both reach back as far)."""
-    ids = " ".join(sorted(event_ids))
-    if before is None or before.get("to") != seq - 1:
-        start, kept = seq, []
-    else:
-        start = max(int(before.get("from", seq)), oldest)
-        kept = [e for e in before.get("log", []) if e[0] >= oldest]
-    return {"from": start, "to": seq, "log": [*kept, *([[seq, ids]] if ids else [])]}
-
-
-def read_regrouped(head: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    found = get_json(head, REGROUPED)
-    return found if isinstance(found, dict) else None
-
-
-def regrouped_since(value: Optional[Dict[str, Any]], have: int, now: int) -> Optional[Set[str]]:
-    """The events created or renamed by commits have+1..now; None when the log does not cover them all."""
-    if value is None or value.get("to") != now or int(value.get("from", now + 1)) > have + 1:
-        return None
-    out: Set[str] = set()
-    for seq, ids in value.get("log", []):
         if int(seq) > have:
             out.update(str(ids).split())
     return out
