@@ -200,9 +200,7 @@ class Actor:
         alerts, after the log rows; before a failed write of those rows is raised."""
         self.alerter.new_batch()
         owing: Dict[str, List[str]] = {}
-        for rec, _ in self.state.active.values():
-            if not rec.pending_alerts:
-                continue
+        for rec in [self.state.active[e][0] for e in self.state.active.owing]:
             keys = [
                 a["key"]
                 for a in rec.pending_alerts

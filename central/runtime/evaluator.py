@@ -80,9 +80,10 @@ class Evaluator:
         """What deciding `candidates` may look at. `planned`: changes not committed yet (deciding inside
         the ingest commit, central.runtime.inline): their events and VMs stand over the committed ones.
         `screening`: the candidates' own VMs from the cache too, where reusable (see `run`)."""
-        events = {rec.event_id: rec for rec, _ in self.state.active.values()}
-        events.update(planned.events if planned is not None else {})
-        open_events = [rec for rec in events.values() if not rec.ended]
+        planned_events = planned.events if planned is not None else {}
+        open_events = [rec for rec, _ in self.state.active.values()
+                       if rec.event_id not in planned_events and not rec.ended]
+        open_events += [rec for rec in planned_events.values() if not rec.ended]
 
         first = {name for rec in candidates for name in rec.resources}
         budgets = [*self.policy.budgets.values(), *(self.shadow.budgets.values() if self.shadow else ())]

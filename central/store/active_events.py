@@ -1,5 +1,5 @@
 """FleetState's cached active events, with the ids changed since a follower last asked (and the VMs
-that reported them, by name).
+that reported them, by name, and the events that owe alerts).
 
 A follower keeps an index of its own over the active events (the events waiting for a budget slot, by
 group: central.runtime.inline.WaitingGroups) and brings it up to date from the ids changed since its last
@@ -26,6 +26,8 @@ class ActiveEvents(Dict[str, Entry]):
         # VM name -> a vmId that reported an event cached here under it: name hints (central.store.vm_reads),
         # kept as events are set instead of found by scanning every active event on each VM read
         self.reporters: Dict[str, str] = {}
+        # the events whose rows owe alerts: what delivering looks at, instead of every active event per call
+        self.owing: Dict[str, None] = {}  # (a dict: in the order the events were cached, as a scan had them)
 
     def _note(self, event_id: str) -> None:
         if self._changed is not None:
@@ -37,15 +39,21 @@ class ActiveEvents(Dict[str, Entry]):
         before = self.get(event_id)
         super().__setitem__(event_id, entry)
         self.reporters.update(entry[0].reported_by)
+        if entry[0].pending_alerts:
+            self.owing[event_id] = None
+        else:
+            self.owing.pop(event_id, None)
         if before is None or not entry[1] or before[1] != entry[1]:  # (the same ETag: the same row, re-read)
             self._note(event_id)
 
     def __delitem__(self, event_id: str) -> None:
         super().__delitem__(event_id)
+        self.owing.pop(event_id, None)
         self._note(event_id)
 
     def pop(self, event_id: str, *default: Any) -> Any:  # type: ignore[override]
         self._note(event_id)
+        self.owing.pop(event_id, None)
         return super().pop(event_id, *default)
 
     def replace_all(self, entries: Dict[str, Entry]) -> None:

@@ -233,3 +233,21 @@ def test_the_cache_records_which_events_changed_for_the_index() -> None:
         active[f"X-{n}"] = (rec, 'W/"1"')
         active.pop(f"X-{n}")
     assert active.take_changed() is None and active.take_changed() == set()
+
+
+def test_the_cache_knows_which_events_owe_alerts() -> None:
+    """Delivering looks at the events whose rows owe alerts, not at every active event of a wave."""
+    from central.model.events import EventRecord
+    from central.store.active_events import ActiveEvents
+
+    active = ActiveEvents()
+    quiet, owing = EventRecord(event_id="E-1", first_seen=T0), EventRecord(event_id="E-2", first_seen=T0)
+    owing.pending_alerts = [{"key": "E-2:status"}]
+    active["E-1"], active["E-2"], active["E-3"] = (quiet, 'W/"1"'), (owing, 'W/"1"'), (owing, 'W/"1"')
+    assert list(active.owing) == ["E-2", "E-3"]
+    active["E-2"] = (quiet, 'W/"2"')  # settled
+    del active["E-3"]
+    assert list(active.owing) == []
+    active["E-1"] = (owing, 'W/"2"')
+    active.replace_all({"E-2": (owing, 'W/"3"')})  # a reload: E-1 is gone, E-2 owes now
+    assert list(active.owing) == ["E-2"]
