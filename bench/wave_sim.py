@@ -9,7 +9,8 @@ issue 24 item 4) (the real central.runtime / central.store code: ingest, decide,
 Tables and Queue clients of the azure SDKs), each owning one of 4 Event Hubs partitions, against a
 Table/Queue service for the semantics (ETags, conditional writes, `$batch`, approval queues):
 bench.table_memory, an in-memory stand-in the SDKs reach through their own transport (checked
-against Azurite by tests/bench/test_table_memory.py), or Azurite (`--store azurite`). bench.table_model
+against Azurite by tests/bench/test_table_memory.py; requests' per-request preparation skipped unless
+`--http requests`: bench.table_memory_net.DirectSession), or Azurite (`--store azurite`). bench.table_model
 gives Azure's pace: every Storage request is charged a modelled latency (and throttling) on the calling
 instance's virtual clock. A call's virtual duration = its modelled Storage time + the CPU time it used
 (thread CPU: other processes on the machine do not lengthen it). Batches form as host.json says (up to
@@ -117,8 +118,8 @@ class Outcome:
     store_cpu: float = 0.0  # of which the in-memory stand-in answering (nan on Azurite)
 
 
-def build(settings: Dict[str, str], model: Model,
-          storage: Optional[MemoryStorage]) -> Tuple[Any, ModelTransport]:
+def build(settings: Dict[str, str], model: Model, storage: Optional[MemoryStorage],
+          http: str = "direct") -> Tuple[Any, ModelTransport]:
     from central.runtime.approval_queue import ApprovalSender
     from central.runtime.service import CentralService
     from central.runtime.settings import CentralSettings, storage_clients
@@ -126,7 +127,8 @@ def build(settings: Dict[str, str], model: Model,
     from central.store.tables import TableLog
 
     typed = CentralSettings.from_mapping(settings)
-    transport = ModelTransport(model, **({"session": table_memory_net.session(storage)} if storage else {}))
+    session = table_memory_net.session if http == "requests" else table_memory_net.direct_session
+    transport = ModelTransport(model, **({"session": session(storage)} if storage else {}))
     tables, queues = storage_clients(settings, transport=transport)
     alerter = WebhookAlerter(url="", fmt="generic", max_attempts=1, backoff=0.0, timeout=1.0)
     return CentralService(typed, TableLog(tables, typed.table_prefix), ApprovalSender(queues), alerter,
@@ -141,7 +143,7 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     settings = {"ApprovalStorage": connection, "TABLE_PREFIX": f"wave{tag}",
                 "POLICY_JSON": json.dumps(policy), "ALERT_WEBHOOK_URL": ""}
     instances = args.instances
-    services = [build(settings, model, storage) for _ in range(instances)]
+    services = [build(settings, model, storage, args.http) for _ in range(instances)]
     rng = random.Random(24)
     vms = [SimVm(i) for i in range(args.vms)]
     out = Outcome()
@@ -413,6 +415,9 @@ def main(argv: List[str]) -> int:
                         help="also 1,000 VMs / 100 events twice: the model's latencies vs Azurite's own")
     parser.add_argument("--store", choices=("memory", "azurite"), default="memory",
                         help="the main run's Table/Queue service: the in-memory stand-in or Azurite")
+    parser.add_argument("--http", choices=("direct", "requests"), default="direct",
+                        help="how the SDKs reach the in-memory stand-in: requests' session with its "
+                             "per-request preparation skipped (direct), or the whole of it (requests)")
     parser.add_argument("--queues", choices=("installed", "missing"), default="installed",
                         help="the VMs' approval queues exist before the wave, as the forwarder's install "
                              "creates them (installed), or central creates each with its first send "

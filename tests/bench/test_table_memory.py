@@ -147,9 +147,10 @@ def memory_http() -> Iterator[str]:
         server.server_close()
 
 
-def test_the_stand_in_answers_as_azurite_in_process(on_azurite: List[Any]) -> None:
+@pytest.mark.parametrize("session", [net.session, net.direct_session], ids=["requests", "direct"])
+def test_the_stand_in_answers_as_azurite_in_process(on_azurite: List[Any], session: Any) -> None:
     storage = MemoryStorage()
-    seen = scenario(net.connection_string(), CountingTransport(session=net.session(storage)))
+    seen = scenario(net.connection_string(), CountingTransport(session=session(storage)))
     for theirs, ours in zip(on_azurite, seen):
         assert ours == theirs
     assert len(seen) == len(on_azurite)

@@ -1,0 +1,34 @@
+"""bench.wave_sim on a small wave, both ways the SDKs reach the stand-in (requests' whole session, or its
+per-request preparation skipped; tests/bench/test_table_memory.py holds both to Azurite's answers): every
+event decided, approved and ended, none approved twice, no budget passed. (Calls and requests differ from
+run to run: a call's virtual duration includes the CPU it used.)"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench import table_memory_net
+from bench.table_memory import MemoryStorage
+from bench.table_model import Model
+from bench.wave_sim import simulate
+
+
+def small(http: str) -> argparse.Namespace:
+    return argparse.Namespace(vms=1000, events=40, minutes=2.0, budget=5, instances=2, drain_minutes=30.0,
+                              verbose=False, max_real_seconds=120.0, queues="installed", http=http)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    return {http: simulate(small(http), table_memory_net.connection_string(), Model(), "t", MemoryStorage())
+            for http in ("requests", "direct")}
+
+
+@pytest.mark.parametrize("http", ["direct", "requests"])
+def test_a_small_wave_is_played_to_the_end_within_its_budgets(runs: dict, http: str) -> None:
+    r = runs[http]
+    assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40
+    assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5 and r["lost_races"] == 0
+    assert r["requests"] > 0 and r["envelopes"] >= 40 * 4  # Scheduled, result, Started, gone at least
