@@ -9,7 +9,7 @@ a tag, or the whole fleet (`groupBy: "fleet"`, one group). Its limit is `maxImpa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -30,6 +30,9 @@ class Budget:
     # that reads it directly; budget_limit() / limit() give its real limit for a group's size.
     max_impacted: int
     percent: Optional[int] = None  # maxImpactedPercent: a share of the group's VMs
+    # a VM's value -> its group key, made once per value (group_of runs for every impacting event's VMs on
+    # each pass: thousands in a 100k wave); not part of the budget's identity
+    _keys: Dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def group_of(self, vm: VmState) -> Optional[str]:
         """The group key this VM counts in, or None when the VM is in no group of this kind."""
@@ -39,7 +42,12 @@ class Budget:
             value = "fleet"
         else:  # (called for every impacting event's VMs on each pass: no mapping built per call)
             value = getattr(vm, _GROUP_FIELDS[self.group_by])
-        return f"{self.name}:{value.lower()}" if value else None
+        if not value:
+            return None
+        key = self._keys.get(value)
+        if key is None:
+            key = self._keys[value] = f"{self.name}:{value.lower()}"
+        return key
 
     def limit(self, group_size: int) -> int:
         """How many VMs of a group of `group_size` known VMs may be impacted at once."""

@@ -59,13 +59,19 @@ def groups_hint(cached: Mapping[str, VmState], planned: Mapping[str, VmState], n
     (they stand over the stored ones) and the `reusable` cached ones. None when a VM it names has neither."""
     bound = {vm.name: vm for vm in planned.values() if vm.name_bound}
     held = {vm.name for vm in planned.values()}
+    oldest = now - min(liveness, NAME_RELEASE)  # `reusable`, its bound computed once for the pass
 
     def hint(event: EventRecord, budget: Budget) -> Optional[FrozenSet[str]]:
         groups = set()
         for name in event.resources:
-            vm = bound.get(name) if name in held else cached.get(name)
-            if vm is None or (name not in held and not reusable(vm, now, liveness)):
-                return None
+            if name in held:
+                vm = bound.get(name)
+                if vm is None:
+                    return None
+            else:
+                vm = cached.get(name)
+                if vm is None or not vm.name_bound or vm.last_seen is None or vm.last_seen < oldest:
+                    return None
             group = budget.group_of(vm)
             if group:
                 groups.add(group)
