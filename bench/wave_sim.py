@@ -186,6 +186,8 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     for vm in rng.sample(vms, args.events):
         at = rng.uniform(0.0, span)
         event_id = f"E-{vm.vm_id[:8]}".upper()
+        if event_id in owner:  # two vmIds sharing 8 hex digits (~1 % of 10,000-event waves): one EventId each
+            event_id = f"E-{vm.vm_id[:13]}".upper()
         owner[event_id], out.scale_set[event_id], out.first_report[event_id] = vm, vm.scale_set, at
         arrive(vm, at, wave_incarnation(vm, event_id, "Scheduled", T0 + timedelta(seconds=at), last))
         arrive(vm, at + rng.uniform(0.0, HEARTBEAT_EVERY), None, f"{HEARTBEAT}:{event_id}")
