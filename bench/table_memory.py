@@ -4,7 +4,8 @@ Azurite on this 2-core machine decides ~900 of a 100k-VM wave's 10,000 events in
 may take; this answers the same REST subset in memory. bench.table_memory_net connects it where the network
 would be: a `requests` transport adapter on azure-core's RequestsTransport (so azure-data-tables,
 azure-storage-queue, central.store.tables and batch_wire run unchanged: the SDK's serialisation,
-policies, retries and error mapping; only the socket is skipped), or a loopback HTTP server.
+policies, retries and error mapping; only the socket, and in the simulation requests' per-request
+preparation, are skipped), or a loopback HTTP server.
 
 The subset central uses, with the service's answers (checked against Azurite by
 tests/bench/test_table_memory.py, which runs the same operations against both):
