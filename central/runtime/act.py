@@ -24,13 +24,13 @@ from azure.core.exceptions import AzureError
 from central.model.alert import ALERT_LEASE, Alert, Delivery
 from central.model.clone import clone_event
 from central.model.events import SEND_LEASE, SEND_MARGIN, Approval, EventRecord
-from central.model.times import iso
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
 from . import arm_approvals
+from .alert_rules import build, given_up, is_due, lease, next_try, row_op
 from .approval_queue import ApprovalSender
 from .evaluator import ToSend
 from .results import BatchResult
@@ -39,20 +39,6 @@ from .webhook import WebhookAlerter
 log = logging.getLogger("central.act")  # stable: docs and queries select on it
 
 CLAIM_SEND_GRACE = int(SEND_LEASE.total_seconds())  # an unsent attempt's instance has this long to send it
-ALERT_ROUNDS = 5  # delivery rounds of a non-critical alert (the first call + timer retries), then given up
-RETRY_CAP = timedelta(hours=1)  # a critical alert is never given up: retried with backoff up to this
-
-
-def given_up(alert: Alert, rounds_limit: int = ALERT_ROUNDS) -> bool:
-    """A critical alert is retried until delivered, however long the webhook is down; others stop."""
-    return alert.severity != "critical" and alert.rounds >= rounds_limit
-
-
-def next_try(alert: Alert, now: datetime) -> datetime:
-    """The next timer run for the first rounds, then exponential backoff (critical alerts only)."""
-    if alert.rounds < ALERT_ROUNDS:
-        return now
-    return now + min(RETRY_CAP, timedelta(seconds=60 * 2 ** min(alert.rounds - ALERT_ROUNDS, 10)))
 MAX_TRIES = 8
 
 
@@ -204,12 +190,12 @@ class Actor:
             keys = [
                 a["key"]
                 for a in rec.pending_alerts
-                if (mine is not None and a["key"] in mine) or (mine is None and _due(a, now))
+                if (mine is not None and a["key"] in mine) or (mine is None and is_due(a, now))
             ]
             if keys:
                 owing[rec.event_id] = keys
         if mine is None and owing:
-            leased = self._update_many(list(owing), now, lambda r: _lease(r, owing[r.event_id], now),
+            leased = self._update_many(list(owing), now, lambda r: lease(r, owing[r.event_id], now),
                                        bookkeeping=True)
             owing = {k: v for k, v in owing.items() if k in leased}
         outcomes: Dict[str, Dict[str, Tuple[Delivery, Alert]]] = {}
@@ -246,7 +232,7 @@ class Actor:
         for alert, etag in self.state.due_alert_rows(now):
             alert.next_try = now + ALERT_LEASE
             try:
-                etags = self.state.store.transact("State", [_row_op(alert, etag)])
+                etags = self.state.store.transact("State", [row_op(alert, etag)])
             except Conflict:
                 continue  # another instance leased it
             out.append((alert, etags[0]))
@@ -289,7 +275,7 @@ class Actor:
             return
         alert.next_try, alert.error = next_try(alert, now), delivery.error
         try:
-            self.state.store.transact("State", [_row_op(alert, etag)])
+            self.state.store.transact("State", [row_op(alert, etag)])
         except Conflict:
             pass
 
@@ -329,29 +315,6 @@ class Actor:
                 self.lost_races += 1
                 log.info("acting lost a race (%s): applying again on the re-read rows", exc)
         raise StoreError(f"{len(event_ids)} event(s): still losing races after {MAX_TRIES} re-reads")
-
-
-def _row_op(alert: Alert, etag: Optional[str]):  # type: ignore[no-untyped-def]
-    from central.store import state_rows as rows
-    from central.store.tables import Op
-
-    return Op("replace", rows.alert_row(alert), etag) if etag else Op("upsert", rows.alert_row(alert))
-
-
-def _due(raw: dict, now: datetime) -> bool:
-    from central.model.times import parse
-
-    nxt = parse(raw.get("nextTry"))
-    return nxt is None or nxt <= now
-
-
-def _lease(rec: EventRecord, keys: List[str], now: datetime) -> bool:
-    leased = False
-    for raw in rec.pending_alerts:
-        if raw["key"] in keys and _due(raw, now):
-            raw["nextTry"] = iso(now + ALERT_LEASE)
-            leased = True
-    return leased
 
 
 def _mark_sent(rec: EventRecord, attempt: int) -> bool:
@@ -400,37 +363,3 @@ def _unsend(rec: EventRecord, attempt: int) -> bool:
     rec.state = "new"
     rec.decision = dict(rec.decision, reason=f"approval {attempt} could not be sent; retried by the timer")
     return True
-
-
-def build(rec: EventRecord, alert: Alert) -> Alert:
-    """An event's alert as delivered: the event's current facts and decision."""
-    last = rec.approvals[-1] if rec.approvals else None
-    own = dict(alert.facts or {})  # what the alert itself carries (an operator's decision) stays
-    alert.facts = {
-        "eventId": rec.event_id,
-        "eventType": rec.event_type,
-        "eventSource": rec.event_source,
-        "status": rec.status,
-        "resources": ", ".join(rec.resources[:20]),
-        "notBefore": iso(rec.not_before) if rec.not_before else "",
-        "durationInSeconds": rec.duration,
-        "decision": rec.decision.get("action", ""),
-        "state": rec.state,
-        "reason": rec.decision.get("reason", ""),
-        "leader": last.vm_name if last else "",
-        "reportedBy": len(rec.reported_by),
-        **own,
-    }
-    if alert.kind == "event-status":
-        status = alert.status or rec.status
-        alert.severity = (
-            "info" if status in ("Completed", "Cancelled") else (rec.decision.get("severity") or "warning")
-        )
-        more = f" (+{len(rec.resources) - 5})" if len(rec.resources) > 5 else ""
-        alert.title = f"{rec.event_type} {status}: {', '.join(rec.resources[:5])}{more}"
-        nb = f", NotBefore {iso(rec.not_before)}" if rec.not_before and status == "Scheduled" else ""
-        alert.text = (
-            f"Event {rec.event_id} ({rec.event_source}) is {status}{nb}. "
-            f"Decision: {rec.decision.get('action', 'none')} - {rec.decision.get('reason', '')}"
-        )
-    return alert
