@@ -27,13 +27,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bench import odata_filter as odata
 
+EPOCH = date(2026, 1, 1)  # ETags and Timestamps count from here (ticks, not the clock: reproducible)
 TABLE_PORT, QUEUE_PORT, BLOB_PORT = 1, 2, 3  # the connection string's ports: names, never dialled
 _ENTITY_PATH = re.compile(r"^([A-Za-z][A-Za-z0-9]{2,62})\(PartitionKey='(.*)',RowKey='(.*)'\)$", re.DOTALL)
 _PART = re.compile(r"^(GET|POST|PUT|PATCH|MERGE|DELETE) (\S+) HTTP/1\.1\n(.*?)(?:\n\n(.*))?$", re.DOTALL)
@@ -178,14 +179,12 @@ class MemoryStorage:
 
     def _etag(self) -> Tuple[str, str]:
         self._tick += 1
-        micros, tenth = divmod(self._tick, 10)
-        if micros < 86_400_000_000:  # the first day (every run): formatted without a datetime, per write
-            seconds, fraction = divmod(micros, 1_000_000)
-            minutes, second = divmod(seconds, 60)
-            stamp = f"2026-01-01T{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}.{fraction:06d}{tenth}Z"
-        else:
-            at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
-            stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f") + str(tenth) + "Z"
+        micros, tenth = divmod(self._tick, 10)  # formatted by arithmetic, not strftime: once per write
+        days, micros = divmod(micros, 86_400_000_000)
+        seconds, fraction = divmod(micros, 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        day = (EPOCH + timedelta(days=days)).isoformat()
+        stamp = f"{day}T{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}.{fraction:06d}{tenth}Z"
         return f"W/\"datetime'{stamp.replace(':', '%3A')}'\"", stamp
 
     def _write(self, method: str, table: str, pk: str, rk: str, body: Dict[str, Any],

@@ -75,14 +75,25 @@ class Actor:
         self.lost_races = 0  # commits here that lost a race (the service adds them to its calls' results)
 
     # ---- approvals ------------------------------------------------------------------------------
-    def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult,
-                       defer: bool = False) -> Optional[Marks]:
-        """Send each committed attempt while its send lease holds, then mark them sent in one commit (a
+    def act(self, sends: List[ToSend], owed: Set[str], now: datetime, result: BatchResult,
+            extra: Optional[List[Tuple[Alert, Optional[str]]]] = None) -> None:
+        """What a call committed, carried out: the approvals sent, then the alerts it made owed delivered,
+        the sends' marks committed with the alerts they settle (one commit where there were two)."""
+        marks = self._send(sends, now, result)  # (ARM answers may owe alerts too: self.owed)
+        self.deliver(now, result, mine=sorted(owed | self.owed), extra=extra, marks=marks)
+
+    def send_approvals(self, todo: List[ToSend], now: datetime, result: BatchResult) -> None:
+        """`_send`, its marks committed at once."""
+        marks = self._send(todo, now, result)
+        if marks is not None:
+            self._update_many(marks.event_ids, now, marks.change, bookkeeping=marks.bookkeeping)
+
+    def _send(self, todo: List[ToSend], now: datetime, result: BatchResult) -> Optional[Marks]:
+        """Send each committed attempt while its send lease holds; returns the marks to commit (sent; a
         send the queue refuses removes its attempt: the next evaluation tries again). The lease is
         checked against the time elapsed since the call began: a slow queue cannot stretch it. ARM
-        attempts (central.runtime.arm_approvals) are called after the queue sends, one call per owner.
-        `defer`: queue sends' marks are returned instead of committed, for `deliver` to commit with the
-        alerts it settles (one commit where a wave's calls made two); ARM answers are committed at once."""
+        attempts (central.runtime.arm_approvals) are called after the queue sends, one call per owner;
+        what ARM answered is committed here, at once (it may raise alerts this call delivers)."""
         done: Dict[str, int] = {}
         failed: Dict[str, int] = {}
         arm_items: List[Tuple[str, Approval]] = []
@@ -124,10 +135,10 @@ class Actor:
                       lambda r: self._settle(r, done, failed, acks, skipped, now),
                       # an attempt taken back, revoked or answered by ARM changes budgets: that moves the head
                       bookkeeping=not (failed or acks or skipped))
-        if defer and not (acks or skipped):
-            return marks
-        self._update_many(marks.event_ids, now, marks.change, bookkeeping=marks.bookkeeping)
-        return None
+        if acks or skipped:
+            self._update_many(marks.event_ids, now, marks.change, bookkeeping=marks.bookkeeping)
+            return None
+        return marks
 
     def _settle(self, rec: EventRecord, done: Dict[str, int], failed: Dict[str, int],
                 acks: Dict[str, Tuple[int, arm_approvals.Ack]], skipped: Dict[str, int],

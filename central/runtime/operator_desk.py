@@ -103,8 +103,7 @@ class OperatorDesk:
             if action == "release":  # the policy decides it again, now
                 sends += self.evaluator.run([event_id], now, result)
                 owed |= self.evaluator.owed
-            self.actor.send_approvals(sends, now, result)
-            self.actor.deliver(now, result, mine=sorted(owed))
+            self.actor.act(sends, owed, now, result)
             self._flush(result)
             if action == "approve" and verdict.kind == "record" and verdict.action == "operator-approve":
                 raise InvalidRequest(f"cannot approve {event_id}: {verdict.reason}")

@@ -290,10 +290,8 @@ class CentralService:
             self._policy_alert(now, result)
             sends = self.ingest.sends
             sends += self.evaluator.run(None if timer else touched, now, result) if (timer or touched) else []
-            marks = self.actor.send_approvals(sends, now, result, defer=True)
             extra = [(a, self.state.alert_etags.pop(a.key, None)) for a in self.ingest.rows_owed]
-            owed = self.ingest.owed | self.evaluator.owed | self.actor.owed
-            self.actor.deliver(now, result, mine=sorted(owed), extra=extra, marks=marks)
+            self.actor.act(sends, self.ingest.owed | self.evaluator.owed, now, result, extra)
             if timer:
                 self.actor.deliver(now, result, None, extra=self.actor.due_rows(now))
         except StoreError as exc:

@@ -32,9 +32,12 @@ Read = Callable[[Iterable[str]], Dict[str, VmState]]  # names -> the current row
 
 def reusable(vm: Optional[VmState], now: datetime, liveness: timedelta) -> bool:
     """A cached row whose budget facts a fresh read would not change (see the module's docstring)."""
-    if vm is None or not vm.name_bound or vm.last_seen is None:
-        return False
-    return now - vm.last_seen <= min(liveness, NAME_RELEASE)
+    return held_since(vm, now - min(liveness, NAME_RELEASE))
+
+
+def held_since(vm: Optional[VmState], oldest: datetime) -> bool:
+    """`reusable` with its bound given: bound to its name and heard from at `oldest` or later."""
+    return vm is not None and vm.name_bound and vm.last_seen is not None and vm.last_seen >= oldest
 
 
 def reading_fewer(read: Read, cached: Mapping[str, VmState], fresh: Set[str], keep_out: Set[str],
@@ -70,7 +73,7 @@ def groups_hint(cached: Mapping[str, VmState], planned: Mapping[str, VmState], n
                     return None
             else:
                 vm = cached.get(name)
-                if vm is None or not vm.name_bound or vm.last_seen is None or vm.last_seen < oldest:
+                if vm is None or not held_since(vm, oldest):
                     return None
             group = budget.group_of(vm)
             if group:

@@ -314,7 +314,7 @@ def test_an_instance_dying_between_recording_the_path_and_calling_arm(arm_env: E
                                                                        sim: ImdsSimulator) -> None:
     event_id = fabric_event(sim, ["lone_0"])
     dying, other = arm_env.service(), arm_env.service()
-    dying.actor.send_approvals = lambda *a, **k: None  # type: ignore[method-assign] # dies after the commit
+    dying.actor._send = lambda *a, **k: None  # type: ignore[method-assign] # dies after the commit
     dying.handle_platform_batch([grid(event_id, ["lone_0"])], now=T0)
     (attempt,) = get_json(row(arm_env, event_id), "Approvals", [])
     assert (attempt["via"], attempt["sent"], attempt["result"]) == ("arm", False, None)  # the path, recorded
@@ -359,7 +359,7 @@ def test_a_late_vm_approval_stops_an_arm_call_not_yet_made(arm_env: Env, hook: H
     dying.handle_batch([body(web.heartbeat()), body(web.incarnation_env([event(event_id, ["web_0"])]))],
                        now=T0)
     first = approvals(dying, event_id)[0]["messageId"]
-    dying.actor.send_approvals = lambda *a, **k: None  # type: ignore[method-assign]
+    dying.actor._send = lambda *a, **k: None  # type: ignore[method-assign]
     dying.reevaluate(now=T0 + 61 * S)  # failover to ARM recorded, then the instance died
     assert [a.get("via", "queue") for a in approvals(dying, event_id)] == ["queue", "arm"]
     other.handle_batch([body(web.result(event_id, "approved", first, at=T0 + 65 * S))], now=T0 + 65 * S)
