@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, Union
 
 from central.intake import bounds as limits
@@ -37,6 +37,9 @@ log = logging.getLogger("central.ingest")  # stable: docs and queries select on 
 SEGMENT_OPS = 100  # operations per State transaction (the service's limit)
 MAX_TRIES = 8  # plans per segment before a lost race counts as a (transient) store error
 RAISED_LIMIT = 10_000
+# Planning re-reads, with another instance's changed events, their VMs' rows last seen longer ago than one
+# heartbeat (the forwarder's 60 s): fresher by then, they stay reusable for a budget count (vm_facts).
+RIDER_SEEN_WITHIN = timedelta(seconds=60)
 
 # The sender check (central.intake.sender.SenderAuth.check): called with each schema-valid envelope's claimed
 # vmId, its raw body, its Event Hubs application properties and central's receive time before anything
@@ -150,7 +153,7 @@ class Ingest:
 
     def _commit_segment(self, segment: List[Item], now: datetime, result: BatchResult) -> Set[str]:
         def plan_once() -> Plan:
-            self._prepare(segment)
+            self._prepare(segment, now)
             return self.planner.plan(segment, now)
 
         try:
@@ -217,7 +220,7 @@ class Ingest:
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)
 
-    def _prepare(self, segment: List[Item]) -> None:
+    def _prepare(self, segment: List[Item], now: datetime) -> None:
         """Read what planning needs and the cache lacks (unknown VMs and their names; the events changed since
         the cached head when any may change, and the ended rows of the reported ones), most in one query."""
         envs = [i.parsed for i in segment if isinstance(i.parsed, Envelope)]
@@ -226,7 +229,8 @@ class Ingest:
                     if isinstance(event, dict)]
         # what changed since the cached head: a plan on stale rows loses its race
         may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
-        self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change)
+        self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change,
+                                 seen_after=now - RIDER_SEEN_WITHIN)
         unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
         if unbound:  # a VM seen for the first time (or one that lost its name): the holder of its name
             holders = [self.state.bound_vm(n) for n in unbound]

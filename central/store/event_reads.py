@@ -26,6 +26,7 @@ class EventReads:
     head_seq: int
     head_etag: Optional[str]
     head_log: Optional[head_log.Log]
+    head_vms: Optional[head_log.Log]
     catch_ups: Dict[str, int]
     reads: int
     _absent: Set[str]
@@ -57,10 +58,17 @@ class EventReads:
             return None
         return changed
 
+    def _vms_changed_since(self, head: dict) -> Set[str]:
+        """The VMs the head (read now) says reported the events changed since the head this cache holds
+        (head_log.VMS_COLUMN: a hint; empty when it does not reach back)."""
+        seq = int(plain(head.get("Seq"), 0))
+        return head_log.changed_since(head_log.read(head, head_log.VMS_COLUMN), self.head_seq, seq) or set()
+
     def _at_head(self, head: dict, etag: Optional[str]) -> None:
         """The cache now holds every event as of `head` (its changed events were read)."""
         self.head_seq, self.head_etag = int(plain(head.get("Seq"), 0)), etag
         self.head_log = head_log.read(head)
+        self.head_vms = head_log.read(head, head_log.VMS_COLUMN)
         self.catch_ups["changed"] += 1
 
     def _read_events(self, event_ids: Iterable[str]) -> None:

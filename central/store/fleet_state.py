@@ -49,6 +49,7 @@ class FleetState(EventReads, VmReads):
         self.head_seq = 0
         self.head_etag: Optional[str] = None
         self.head_log: Optional[head_log.Log] = None  # the head row's change log as last read or written
+        self.head_vms: Optional[head_log.Log] = None  # and its log of the VMs that reported those events
         self.catch_ups = {"changed": 0, "all": 0}  # re-reads after a moved head: only what changed, or all
         self.book_etag: Optional[str] = None  # the `book` row as last read (bookkeeping commits move it)
         self.loaded = False
@@ -99,12 +100,14 @@ class FleetState(EventReads, VmReads):
             self._reload_active()
 
     def read_for_plan(self, vm_names: Dict[str, str], reported: Iterable[str],
-                      events_may_change: bool) -> None:
+                      events_may_change: bool, seen_after: Optional[datetime] = None) -> None:
         """What planning a segment reads, in one query after the head's for most segments: `catch_up` (when
         `events_may_change`), the rows of VMs not cached (`vm_names`: vmId -> the name it reports) and the
         name rows of those and of cached VMs not bound to their names, and the ended rows of `reported`
         events neither active nor remembered ended (`prefetch_ended`). A name row read for a VM whose row
-        turns out bound costs nothing more: it rides in the same query."""
+        turns out bound costs nothing more: it rides in the same query. So do, in the query's spare places,
+        the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache has none,
+        or one last seen before `seen_after`: a decision counting those events then finds them reusable."""
         changed: Set[str] = set()
         at: Optional[Tuple[dict, Optional[str]]] = None
         if events_may_change and not self.loaded:
@@ -122,15 +125,28 @@ class FleetState(EventReads, VmReads):
         names = {n for v, n in vm_names.items()
                  if (v in unknown or not self.vms[v][0].name_bound) and n not in self.names}
         ended = {e for e in reported if e not in self.ended and (e not in self.active or e in changed)}
-        found = self.read_rows([rows.vm_key(v) for v in unknown] + [rows.name_key(n) for n in names]
-                               + [rows.event_key(e, active=True) for e in changed]
-                               + [rows.event_key(e, active=False) for e in ended])
+        keys = ([rows.vm_key(v) for v in unknown] + [rows.name_key(n) for n in names]
+                + [rows.event_key(e, active=True) for e in changed]
+                + [rows.event_key(e, active=False) for e in ended])
+        # the VMs of the changed events this cache never read, in the query's spare places only
+        spare = -len(keys) % KEYS_PER_QUERY
+        hinted = self._vms_changed_since(at[0]) - unknown if at else set()
+        riders = sorted(v for v in hinted if self._stale_vm(v, seen_after))[:spare]
+        found = self.read_rows(keys + [rows.vm_key(v) for v in riders])
         self.install_vms(unknown, found)
+        self.install_vms(riders, found, named=True)
         self.install_names(names, found)
         self._install_active(changed, found)
         self._install_ended(ended, found)
         if at is not None:
             self._at_head(*at)
+
+    def _stale_vm(self, vm_id: str, seen_after: Optional[datetime]) -> bool:
+        cached = self.vms.get(vm_id)
+        if cached is None:
+            return True
+        seen = cached[0].last_seen
+        return seen_after is not None and (seen is None or seen < seen_after)
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
@@ -157,6 +173,7 @@ class FleetState(EventReads, VmReads):
             if entity.get("RowKey") == rows.HEAD:
                 self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
                 self.head_log = head_log.read(entity)
+                self.head_vms = head_log.read(entity, head_log.VMS_COLUMN)
                 continue
             cached = self.active.get(entity.get("EventId", ""))
             if cached is not None and etag and cached[1] == etag:  # the very row cached: not parsed again
@@ -174,8 +191,9 @@ class FleetState(EventReads, VmReads):
         try:
             head = rows.head_entity(0, datetime.now(timezone.utc))
             head_log.write(head, [])
+            head_log.write(head, [], head_log.VMS_COLUMN)
             etags = self.store.transact(TABLE, [Op("insert", head)])
-            self.head_seq, self.head_etag, self.head_log = 0, etags[0], []
+            self.head_seq, self.head_etag, self.head_log, self.head_vms = 0, etags[0], [], []
             return
         except Conflict:
             pass
@@ -186,6 +204,7 @@ class FleetState(EventReads, VmReads):
         else:
             self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
             self.head_log = head_log.read(got[0])
+            self.head_vms = head_log.read(got[0], head_log.VMS_COLUMN)
 
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""
@@ -225,6 +244,10 @@ class FleetState(EventReads, VmReads):
             head = rows.head_entity(seq, now)
             new_log = head_log.appended(self.head_log, seq, changes.events)
             head_log.write(head, new_log)
+            reporters = {v for rec in changes.events.values() if not rec.ended
+                         for v in rec.reported_by.values()}
+            new_vms = head_log.appended(self.head_vms, seq, reporters, head_log.VMS_CHARS)
+            head_log.write(head, new_vms, head_log.VMS_COLUMN)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
             owners.append(("head", ""))
         for vm_id, vm in changes.vms.items():
@@ -270,7 +293,7 @@ class FleetState(EventReads, VmReads):
             raise
         self._install(changes, owners, etags, seq)
         if seq:
-            self.head_log = new_log
+            self.head_log, self.head_vms = new_log, new_vms
         return seq
 
     def _reread_after_lost_race(self, changes: Changes, kind: str) -> None:

@@ -5,6 +5,11 @@ the head moved from seq a to seq b knew every row as of seq a, and only the even
 differ. The head row keeps those events' ids for its last commits (bounded in size: a reader further
 behind reads every active row, as before), so catching up costs a read of the changed rows instead of
 every active one. Pure: the log is a list of [seq, "id id ..."], oldest first.
+
+A second log (`VMS_COLUMN`) names the VMs that reported the events each commit left open. It is a hint:
+a cache that reads another instance's changed events reads the VM rows it has never seen in the same query
+(budget counts and the waiting events' groups need them), instead of in a round trip of its own when a
+decision asks; a hint that does not reach back costs those later reads, nothing else.
 """
 
 from __future__ import annotations
@@ -15,28 +20,30 @@ from .tables import get_json, put_json
 
 COLUMN = "Changed"
 LOG_CHARS = 12_000  # ~300 event ids: a few batches of every instance; one column (< 32K characters)
+VMS_COLUMN = "ChangedVms"
+VMS_CHARS = 6_000  # ~150 vmIds: a hint, so a shorter reach than the events' log is enough
 
 Log = List[List[Any]]
 
 
-def read(head: Dict[str, Any]) -> Optional[Log]:
+def read(head: Dict[str, Any], column: str = COLUMN) -> Optional[Log]:
     """The log a head entity carries (None: none, e.g. a head written before the log existed)."""
-    found = get_json(head, COLUMN)
+    found = get_json(head, column)
     return found if isinstance(found, list) else None
 
 
-def appended(log: Optional[Log], seq: int, event_ids: Iterable[str]) -> Log:
-    """`log` with commit `seq`'s events added, oldest commits dropped to stay within LOG_CHARS."""
-    out = [*(log or []), [seq, " ".join(sorted(event_ids))]]
+def appended(log: Optional[Log], seq: int, ids: Iterable[str], chars: int = LOG_CHARS) -> Log:
+    """`log` with commit `seq`'s ids added, oldest commits dropped to stay within `chars`."""
+    out = [*(log or []), [seq, " ".join(sorted(ids))]]
     size = sum(len(entry[1]) + 16 for entry in out)
-    while len(out) > 1 and size > LOG_CHARS:
+    while len(out) > 1 and size > chars:
         size -= len(out[0][1]) + 16
         out.pop(0)
     return out
 
 
-def write(head: Dict[str, Any], log: Log) -> None:
-    put_json(head, COLUMN, log)
+def write(head: Dict[str, Any], log: Log, column: str = COLUMN) -> None:
+    put_json(head, column, log)
 
 
 def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]:

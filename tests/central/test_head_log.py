@@ -17,7 +17,7 @@ from central.model.vms import VmState
 from central.runtime.vm_facts import reading_fewer, reusable
 from central.store import head_log
 from central.store import state_rows as rows
-from central.store.fleet_state import Changes, FleetState
+from central.store.fleet_state import KEYS_PER_QUERY, Changes, FleetState
 from central.store.tables import Conflict, TableLog
 from sandbox import processes
 
@@ -147,6 +147,49 @@ def test_planning_reads_changed_events_new_vms_names_and_ended_rows_in_one_query
     assert two.reads - before == 2  # E2's ended row was read with the rest, E9's absence remembered
     two.read_for_plan({"v1": "n1"}, [], events_may_change=False)
     assert two.reads - before == 2  # nothing new to read: no query at all
+
+
+def test_planning_reads_the_vms_of_another_instances_events_in_its_spare_places(log: TableLog) -> None:
+    """head_log.VMS_COLUMN (issue 24 item 4): the rows of the VMs that reported the events another instance
+    changed ride in the planning query's spare places (never a query of their own), the bound ones as their
+    names' holders, so a budget count over those events reads none; a cached row last seen before
+    `seen_after` is read again with its event's next change."""
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    two.refresh()
+
+    def reported(first: int, last: int, at: datetime) -> Changes:
+        changes = Changes()
+        for i in range(first, last):
+            vm = VmState(f"v{i}", f"n{i}")
+            vm.name_bound = True
+            vm.seen(at)
+            changes.vms[vm.vm_id], changes.names[vm.name] = vm, vm.vm_id
+            changes.events[f"E{i}"] = EventRecord(event_id=f"E{i}", first_seen=at, resources=[vm.name],
+                                                  reported_by={vm.name: vm.vm_id})
+        return changes
+
+    one.commit(reported(0, 3, now), now)
+    before = two.reads
+    two.read_for_plan({"w": "m"}, [], events_may_change=True, seen_after=now - timedelta(seconds=60))
+    assert two.reads - before == 2  # the head; vm:w n:m o:E0-E2 and, riding, vm:v0-v2 in one query
+    assert {name: vm.vm_id for name, vm in two.named.items()} == {"n0": "v0", "n1": "v1", "n2": "v2"}
+    read = reading_fewer(two.vms_by_name, two.named, set(), set(), now, timedelta(seconds=300))
+    assert set(read(["n0", "n1", "n2"])) == {"n0", "n1", "n2"} and two.reads - before == 2  # none read
+
+    one.commit(reported(3, 3 + KEYS_PER_QUERY, now), now)  # 14 changed events fill the planning query
+    two.read_for_plan({}, [], events_may_change=True, seen_after=now - timedelta(seconds=60))
+    assert two.reads - before == 4 and two.vm("v3") is None  # no spare place: no rider, no second query
+
+    later = now + timedelta(seconds=120)
+    changes = Changes(events={"E0": one.active["E0"][0]}, vms={"v0": one.vm("v0")})
+    changes.events["E0"].state = "approving"
+    changes.vms["v0"].seen(later)
+    one.commit(changes, later)
+    two.read_for_plan({}, [], events_may_change=True, seen_after=later - timedelta(seconds=60))
+    assert two.reads - before == 6 and two.vm("v0").last_seen == later  # seen 120 s before: read again
+    assert cache(two) == scanned(log)
 
 
 def test_a_reader_too_far_behind_reads_every_active_row(log: TableLog) -> None:
