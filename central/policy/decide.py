@@ -25,12 +25,11 @@ from central.model.vms import VmState
 from .arm_route import agentless, arm_owner, platform_vms
 from .budgets import Budget, BudgetBlock
 from .document import Policy, window_wait
-from .fleet_view import FleetView
+from .fleet_view import WAITING_BUDGET, FleetView
 from .leader import elect, fresh, timeout_cause
 from .verdict import HAND_DECIDERS, NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
 from .witness import WitnessRules
 
-WAITING_BUDGET = "waiting-budget"  # the state of an event a disruption budget holds back
 # A VM named in an event's Resources counts against its groups' budgets once it reported the event
 # itself, while its forwarder is silent (it cannot report: assume the worst), or for this long after the
 # event was first seen (its own report is on the way). A made-up event naming other, live VMs therefore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from central.model.events import EventRecord
 from central.model.vms import VmState
@@ -14,6 +14,7 @@ from .budgets import KNOWN_WITHIN, Budget, group_members
 from .witness import WitnessRules, counted
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
+WAITING_BUDGET = "waiting-budget"  # the state of an event a disruption budget holds back
 
 # A budget's groups of an event's VMs, when they are known without reading its VMs (None: not known):
 # central.runtime.evaluator gives them from cached rows that a fresh read would not change.
@@ -119,6 +120,22 @@ class FleetView:
 
 def _count(members: Dict[str, Set[str]], vm: VmState, event: EventRecord) -> None:
     members.setdefault(vm.vm_id, set()).add(event.event_id)  # (a group's count: vmId -> its events)
+
+
+def seen_by_others(event: EventRecord) -> Tuple[Any, ...]:
+    """What deciding about another event reads of this one, at any time: whether it impacts
+    (`impacting`), which of its VMs count (central.policy.witness.counted: its reporters, listers, claim,
+    platform witness, first sight), and whether and since when it waits for a budget slot
+    (central.runtime.inline). A change that leaves this the same cannot change another event's decision
+    (central.runtime.ingest commits it without moving the State head)."""
+    if event.ended:
+        return ("ended",)
+    always = event.status == "Started" or event.state in IMPACTING_STATES
+    out = event.outstanding
+    return (always, None if always or out is None else out.expires_at, None if always else event.not_before,
+            event.state == WAITING_BUDGET, event.first_seen, tuple(event.resources),
+            tuple(sorted(event.reported_by.items())), tuple(event.listed_by), bool(event.platform),
+            event.claim.get("rank") if event.claim else None)
 
 
 def impacting(event: EventRecord, now: datetime) -> bool:

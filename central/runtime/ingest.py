@@ -23,6 +23,7 @@ from central.intake import parse as env_mod
 from central.intake.plan import HEARTBEAT_LOG_EVERY, UNBOUND, Item, Plan, Planner, bad_from
 from central.model.alert import Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
+from central.policy.fleet_view import seen_by_others
 from central.store.fleet_state import FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
@@ -183,7 +184,7 @@ class Ingest:
             # the touched events decided in this very transaction (central.runtime.inline): one head commit
             done = decider.decide_planned(plan.changes, plan.touched, now) if decider is not None else None
             try:
-                seq = self.state.commit(plan.changes, now)
+                seq = self.state.commit(plan.changes, now, unseen=self._unseen_by_others(plan))
             except Conflict as exc:
                 result.conflicts += 1
                 log.info("%s lost a race (%s): planning again on the re-read rows", what, exc)
@@ -219,6 +220,16 @@ class Ingest:
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)
+
+    def _unseen_by_others(self, plan: Plan) -> Set[str]:
+        """The events the plan changes in nothing that deciding about another event reads
+        (fleet_view.seen_by_others: a result, Started, a new incarnation listing them again): the commit
+        leaves them out of the head's log (a commit of only those does not move the head), so other
+        instances neither re-read those rows nor lose a race to it (a commit of theirs on one of them fails
+        on its ETag and re-reads it)."""
+        active = self.state.active
+        return {event_id for event_id, rec in plan.changes.events.items()
+                if event_id in active and seen_by_others(active[event_id][0]) == seen_by_others(rec)}
 
     def _prepare(self, segment: List[Item], now: datetime) -> None:
         """Read what planning needs and the cache lacks (unknown VMs and their names; the events changed since

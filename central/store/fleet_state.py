@@ -3,14 +3,15 @@
 The store is the only truth. The cache holds rows with the ETags they were read (or written) with;
 every change is written with If-Match on those ETags (or as an insert that fails if the row exists),
 so a stale cache can only make a commit fail (`Conflict`), never make it wrong: the caller re-reads
-(`refresh`) and decides again. Every change to an event that a decision may read also bumps the `head`
-row (If-Match) in the same transaction, so such changes are serialised fleet-wide and a decision that
-commits was taken on the current state of every event (budgets count the whole fleet whoever saw the
-events). Bookkeeping changes (an attempt marked sent, alerts settled or leased) keep their rows' If-Match
-but rewrite the `book` row instead of the head: they cannot change another event's decision, so they
-need not make concurrent decisions lose a race; `refresh` watches both rows. The head row also logs the
-events its last commits changed (central.store.head_log), so a cache behind it re-reads only those
-(`catch_up`) instead of every active row.
+(`refresh`) and decides again. Every change to an event that a decision about another event may read
+also bumps the `head` row (If-Match) in the same transaction, so such changes are serialised fleet-wide
+and a decision that commits was taken on the current state of every event (budgets count the whole fleet
+whoever saw the events). Other changes keep their rows' If-Match but rewrite the `book` row instead of the
+head: bookkeeping (an attempt marked sent, alerts settled or leased), and what ingest finds leaves
+central.policy.fleet_view.seen_by_others as it was (a result, Started); they cannot change another
+event's decision, so they need not make concurrent decisions lose a race; `refresh` watches both rows.
+The head row also logs the events its last commits changed (central.store.head_log), so a cache behind
+it re-reads only those (`catch_up`) instead of every active row.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
 from central.model.events import EventRecord
@@ -222,7 +223,8 @@ class FleetState(EventReads, VmReads):
         return out
 
     # ---- writes ---------------------------------------------------------------------------------
-    def commit(self, changes: Changes, now: datetime, bookkeeping: bool = False) -> int:
+    def commit(self, changes: Changes, now: datetime, bookkeeping: bool = False,
+               unseen: AbstractSet[str] = frozenset()) -> int:
         """Write `changes` as one transaction (<= 100 operations); on success the cache holds the new
         rows and ETags. Raises store.Conflict when any row changed since it was read: nothing written,
         and the cache re-read for the next attempt (`_reread_after_lost_race`).
@@ -230,21 +232,24 @@ class FleetState(EventReads, VmReads):
         marked sent, alerts settled or leased): each event row keeps its If-Match, but the head is not
         bumped, so they never make another instance's decision lose a race (nor lose one to it); the
         `book` row is written instead (unconditionally), so other instances' `refresh` still sees them.
+        `unseen`: events whose change no decision about another event reads either (the caller knows:
+        central.runtime.ingest): left out of the head's log, and a commit of only those is bookkeeping.
         Returns the head sequence of this commit (0 when the head did not move)."""
         if changes.empty():
             return 0
         ops: List[Op] = []
         owners: List[Tuple[str, str]] = []  # what each op wrote, in op order: ("vm", id), ("event", id)...
         seq = 0
-        if changes.events and bookkeeping:
+        seen = [e for e in changes.events if e not in unseen]
+        if changes.events and (bookkeeping or not seen):
             ops.append(Op("upsert", rows.book_entity(now)))
             owners.append(("book", ""))
         elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
-            new_log = head_log.appended(self.head_log, seq, changes.events)
+            new_log = head_log.appended(self.head_log, seq, seen)
             head_log.write(head, new_log)
-            reporters = {v for rec in changes.events.values() if not rec.ended
+            reporters = {v for e in seen for rec in (changes.events[e],) if not rec.ended
                          for v in rec.reported_by.values()}
             new_vms = head_log.appended(self.head_vms, seq, reporters, head_log.VMS_CHARS)
             head_log.write(head, new_vms, head_log.VMS_COLUMN)

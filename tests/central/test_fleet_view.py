@@ -4,14 +4,17 @@ impacting event, and reads and counts only the events that may share a group wit
 
 from __future__ import annotations
 
+import copy
 import random
 from datetime import timedelta
 from typing import Dict, Iterator, List, Mapping
 
-from central.model.events import EventRecord
+from central.model.events import Approval, EventRecord
 from central.model.vms import VmState
 from central.policy.budgets import Budget
-from central.policy.fleet_view import FleetView
+from central.policy.fleet_view import FleetView, impacting, seen_by_others
+from central.policy.witness import WitnessRules, counted
+from central.runtime.inline import waits
 from central.runtime.vm_facts import LazyVms, groups_hint
 
 from .factory import T0, event
@@ -119,3 +122,74 @@ def test_the_vms_of_a_pass_are_read_in_two_steps_and_a_name_outside_both_when_as
     assert sorted(lazy) == ["a", "b"] and reads == [{"a"}, {"b"}]
     assert lazy.get("c") is stored["c"] and "c" in lazy and reads[-1] == {"c"}
     assert lazy.get("zz") is None and "zz" not in lazy and reads[-1] == {"zz"} and len(reads) == 4
+
+
+def _mutations(rec: EventRecord, rng: random.Random) -> None:
+    """One random change of the kinds an event's life brings (reports, decisions, results, the platform)."""
+    at = T0 + timedelta(seconds=rng.choice([-900, -60, 0, 60, 900]))
+    kind = rng.randrange(14)
+    if kind == 0:
+        rec.status = rng.choice(["Scheduled", "Started", "Completed", "Cancelled"])
+    elif kind == 1:
+        rec.state = rng.choice(["new", "approving", "approved", "held", "waiting-budget", "no-leader",
+                                "expired", "starts-at-notbefore", "approval-failed"])
+    elif kind == 2:
+        rec.approvals.append(Approval(len(rec.approvals) + 1, "m", "id-1", "vm1", "q", "approve", "rule", at,
+                                      at + timedelta(minutes=rng.choice([1, 10]))))
+    elif kind == 3 and rec.approvals:
+        rec.approvals[-1].result = rng.choice(["Started", "timeout", None])
+    elif kind == 4:
+        rec.not_before = at
+    elif kind == 5:
+        rec.first_seen = at
+    elif kind == 6:
+        rec.resources = sorted({*rec.resources, rng.choice(["vm1", "vm2", "vm3"])})
+    elif kind == 7:
+        rec.reported_by[rng.choice(["vm1", "vm2"])] = rng.choice(["id-1", "id-2", "id-9"])
+    elif kind == 8:
+        rec.listed_by = rng.sample(["id-1", "id-2", "id-3"], rng.randrange(3))
+    elif kind == 9:
+        rec.platform = rng.choice([{}, {"status": "Scheduled"}, {"status": "Started", "lastHeard": "x"}])
+    elif kind == 10:
+        rec.claim = rng.choice([{}, {"rank": 1}, {"rank": 9}])
+    else:  # what no other decision reads: must never matter
+        rec.description, rec.outcome, rec.ever_started = f"d{rng.random()}", "Started", rng.random() < 0.5
+        rec.history.append({"status": rec.status, "at": at.isoformat()})
+        rec.pending_alerts = [{"key": f"k{rng.random()}"}] if rng.random() < 0.5 else []
+        rec.decision = {"action": rng.choice(["approve", "wait"]), "reason": "r"}
+
+
+def test_a_change_that_keeps_seen_by_others_changes_no_other_decision() -> None:
+    """fleet_view.seen_by_others (issue 24 item 4: ingest leaves such changes out of the head's log): two
+    records it does not tell apart count alike against every budget (impacting, which VMs count, with the
+    platform's confirmation asked for or not) and wait alike for a slot (waits, first sight, VMs), at any
+    time."""
+    rng = random.Random(7)  # noqa: S311 (reproducible records)
+    vms = [VmState(f"id-{i}", f"vm{i}", scale_set="ss",
+                   last_seen=T0 - timedelta(seconds=rng.choice([10, 900])),
+                   resource_id=f"/subscriptions/s/resourcegroups/rg/providers/x/vm{i}") for i in (1, 2, 3)]
+    rules = [WitnessRules(), WitnessRules(confirm_scopes=("/subscriptions/s/resourcegroups/rg",))]
+    alike = differ = 0
+    for _ in range(3000):
+        one = EventRecord(event_id="E1", first_seen=T0 - timedelta(minutes=5), resources=["vm1"],
+                          reported_by={"vm1": "id-1"}, listed_by=["id-1"])
+        for _ in range(rng.randrange(4)):
+            _mutations(one, rng)
+        two = copy.deepcopy(one)
+        for _ in range(rng.randrange(1, 3)):
+            _mutations(two, rng)
+        if seen_by_others(one) != seen_by_others(two):
+            differ += 1
+            continue
+        alike += 1
+        if one.ended:  # never counted nor waiting again: nothing else of it is read
+            assert two.ended and not impacting(two, T0) and not waits(two)
+            continue
+        for now in (T0 - timedelta(minutes=20), T0, T0 + timedelta(seconds=59), T0 + timedelta(minutes=30)):
+            assert impacting(one, now) == impacting(two, now)
+            for rule in rules:
+                assert ([vm.vm_id for vm in counted(one, vms, rule, now, LIVENESS)]
+                        == [vm.vm_id for vm in counted(two, vms, rule, now, LIVENESS)])
+        assert waits(one) == waits(two) and one.first_seen == two.first_seen
+        assert (one.resources, one.reported_by) == (two.resources, two.reported_by)
+    assert alike > 300 and differ > 300  # both kinds of pairs were tried

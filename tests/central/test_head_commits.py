@@ -50,8 +50,8 @@ def test_sent_marks_and_settled_alerts_share_one_commit(env: Env, hook: Hook) ->
     a = Vm("vm-a")
     commits: list = []
     commit = svc.state.commit
-    svc.state.commit = lambda changes, now, bookkeeping=False: (  # type: ignore[method-assign]
-        commits.append(bookkeeping) or commit(changes, now, bookkeeping=bookkeeping))
+    svc.state.commit = lambda changes, now, bookkeeping=False, **kw: (  # type: ignore[method-assign]
+        commits.append(bookkeeping) or commit(changes, now, bookkeeping=bookkeeping, **kw))
     reports = [body(a.heartbeat()), body(a.incarnation_env([event("E-one", ["vm-a"])]))]
     result = svc.handle_batch(reports, now=T0)
     assert result.approvals_sent == 1 and len(hook.alerts()) == 1
@@ -59,6 +59,32 @@ def test_sent_marks_and_settled_alerts_share_one_commit(env: Env, hook: Hook) ->
     (row,) = env.rows("Events")
     assert json.loads(row["Approvals"])[0]["sent"] is True and row["PendingAlertCount"] == 0
     assert len(env.rows("Alerts")) == 1
+
+
+def test_what_no_other_decision_reads_moves_no_head(env: Env, hook: Hook) -> None:
+    """Issue 24 item 4: the VM's result and its Started report change nothing another event's decision reads
+    (fleet_view.seen_by_others): committed under `book`, so another instance neither re-reads the event nor
+    loses a race to them; the event's end moves the head again, and the other instance then frees the slot."""
+    first, second = env.service(), env.service()
+    a = Vm("vm-a")
+    ev = event("E-quiet", ["vm-a"])
+    first.handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev]))], now=T0)
+    (message,) = env.messages(a.vm_id)
+    second.state.refresh()
+    assert second.state.head_seq == 1 and second.state.active["E-quiet"][0].state == "approving"
+    done = first.handle_batch([body(a.result("E-quiet", "approved", message["messageId"]))], now=T0)
+    started = first.handle_batch([body(a.incarnation_env([{**ev, "EventStatus": "Started"}]))], now=T0)
+    assert done.conflicts == started.conflicts == 0
+    assert int(state_row(env, "head")["Seq"]) == 1  # neither moved the head
+    (row,) = env.rows("Events")
+    assert row["Status"] == "Started" and row["State"] == "approved"
+    etag = second.state.head_etag
+    second.state.catch_up()
+    assert second.state.head_etag == etag and second.state.active["E-quiet"][0].status == "Scheduled"
+    first.handle_batch([body(a.incarnation_env([]))], now=T0)  # gone: it no longer counts
+    assert int(state_row(env, "head")["Seq"]) == 2
+    second.state.catch_up()
+    assert "E-quiet" not in second.state.active and second.state.catch_ups["all"] == 0
 
 
 def test_sends_are_marked_when_the_log_rows_cannot_be_written(env: Env, hook: Hook) -> None:
