@@ -27,6 +27,7 @@ class EventReads:
     head_etag: Optional[str]
     head_log: Optional[head_log.Log]
     head_vms: Optional[head_log.Log]
+    _logs_read: Dict[Tuple[Optional[str], str], Optional[head_log.Log]]  # (head ETag, column) -> log
     catch_ups: Dict[str, int]
     reads: int
     _absent: Set[str]
@@ -45,12 +46,21 @@ class EventReads:
         head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
         return head, etags.get(rows.HEAD), etags.get(rows.BOOK)
 
+    def _log(self, head: dict, etag: Optional[str], column: str) -> Optional[head_log.Log]:
+        """A log the head (read now, with `etag`) carries, parsed once per head read (~12,000 characters)."""
+        key = (etag, column)
+        if key not in self._logs_read:
+            if len(self._logs_read) >= 4:
+                self._logs_read.clear()
+            self._logs_read[key] = head_log.read(head, column)
+        return self._logs_read[key]
+
     def _changed_since(self, head: Optional[dict], etag: Optional[str]) -> Optional[Set[str]]:
         """The events the head (read now) says changed since the head this cache holds; None when its log
         does not reach back, or names so many that one read of every active row costs less."""
         if head is None:
             return None
-        seq, log_now = int(plain(head.get("Seq"), 0)), head_log.read(head)
+        seq, log_now = int(plain(head.get("Seq"), 0)), self._log(head, etag, head_log.COLUMN)
         moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
         changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
         if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
@@ -58,17 +68,18 @@ class EventReads:
             return None
         return changed
 
-    def _vms_changed_since(self, head: dict) -> Set[str]:
+    def _vms_changed_since(self, head: dict, etag: Optional[str]) -> Set[str]:
         """The VMs the head (read now) says reported the events changed since the head this cache holds
         (head_log.VMS_COLUMN: a hint; empty when it does not reach back)."""
         seq = int(plain(head.get("Seq"), 0))
-        return head_log.changed_since(head_log.read(head, head_log.VMS_COLUMN), self.head_seq, seq) or set()
+        vms = self._log(head, etag, head_log.VMS_COLUMN)
+        return head_log.changed_since(vms, self.head_seq, seq) or set()
 
     def _at_head(self, head: dict, etag: Optional[str]) -> None:
         """The cache now holds every event as of `head` (its changed events were read)."""
         self.head_seq, self.head_etag = int(plain(head.get("Seq"), 0)), etag
-        self.head_log = head_log.read(head)
-        self.head_vms = head_log.read(head, head_log.VMS_COLUMN)
+        self.head_log = self._log(head, etag, head_log.COLUMN)
+        self.head_vms = self._log(head, etag, head_log.VMS_COLUMN)
         self.catch_ups["changed"] += 1
 
     def _read_events(self, event_ids: Iterable[str]) -> None:

@@ -59,6 +59,7 @@ class FleetState(EventReads, VmReads):
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
         self.named: Dict[str, VmState] = {}  # VM name -> its row as vms_by_name last read it
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
+        self._logs_read: Dict[Tuple[Optional[str], str], Optional[head_log.Log]] = {}  # (event_reads)
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -131,7 +132,7 @@ class FleetState(EventReads, VmReads):
                 + [rows.event_key(e, active=False) for e in ended])
         # the VMs of the changed events this cache never read, in the query's spare places only
         spare = -len(keys) % KEYS_PER_QUERY
-        hinted = self._vms_changed_since(at[0]) - unknown if at else set()
+        hinted = self._vms_changed_since(*at) - unknown if at else set()
         riders = sorted(v for v in hinted if self._stale_vm(v, seen_after))[:spare]
         found = self.read_rows(keys + [rows.vm_key(v) for v in riders])
         self.install_vms(unknown, found)
