@@ -136,7 +136,7 @@ class FleetState(EventReads, VmReads):
         riders = sorted(v for v in hinted if self._stale_vm(v, seen_after))[:spare]
         found = self.read_rows(keys + [rows.vm_key(v) for v in riders])
         self.install_vms(unknown, found)
-        self.install_vms(riders, found, named=True)
+        self.install_vms(riders, found)
         self.install_names(names, found)
         self._install_active(changed, found)
         self._install_ended(ended, found)

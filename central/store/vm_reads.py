@@ -53,16 +53,16 @@ class VmReads:
         wanted = {v for v in vm_ids if force or v not in self.vms}
         self.install_vms(wanted, self.read_rows(rows.vm_key(v) for v in wanted))
 
-    def install_vms(self, vm_ids: Iterable[str], found: Found, named: bool = False) -> None:
-        """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached. `named`:
-        also as the holders of their names where bound (a row read now that is bound to its name is its
-        holder: vms_by_name's rule), so a pass takes them from the cache where reusable."""
+    def install_vms(self, vm_ids: Iterable[str], found: Found) -> None:
+        """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached. Bound rows
+        also as the holders of their names (a row read now that is bound to its name is its holder:
+        vms_by_name's rule), so a pass takes them from the cache where reusable."""
         for vm_id in vm_ids:
             got = found.get(rows.vm_key(vm_id))
             if got is not None:
                 vm = rows.vm_from_entity(got[0])
                 self.vms[vm_id] = (vm, got[1])
-                if named and vm.name_bound:
+                if vm.name_bound:
                     self.named[vm.name] = vm
             else:
                 self.vms.pop(vm_id, None)
