@@ -300,6 +300,35 @@ def test_an_unheld_approval_whose_instance_died_is_sent_once_by_another(
     assert attempt["sent"] and attempt["messageId"] == message["messageId"]
 
 
+def test_an_approval_sent_whose_instance_died_before_marking_it_is_sent_again_as_is(
+    env: Env, hook: Hook, fleet_of
+) -> None:
+    """The window of one bookkeeping commit per call (issue 24): the queue send happened, and the instance
+    died before the send's mark was committed (with the alerts it settles, after their log rows). The
+    attempt's lease lapses and another instance's timer sends the very message again: the VM's queue holds
+    it twice under one messageId (the forwarder POSTs an approval once per messageId), and the attempt ends
+    marked sent."""
+    inst = fleet_of(2, POLICY_JSON=json.dumps(BUDGET))
+    a = Vm("web_0", scale_set="web")
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    inst[0].actor.logs.flush = die  # after the queue send, before the marks' commit
+    with pytest.raises(Crash):
+        inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-sm", ["web_0"])]))],
+                             now=T0)
+    (first,) = env.messages(a.vm_id)
+    (attempt,) = inst[1].event("E-sm")["approvals"]
+    assert not attempt["sent"] and attempt["messageId"] == first["messageId"]
+    inst[1].reevaluate(now=T0 + timedelta(seconds=10))  # the dead instance's lease is live: not yet
+    assert len(env.messages(a.vm_id)) == 1
+    inst[1].reevaluate(now=T0 + timedelta(seconds=35))
+    assert env.messages(a.vm_id) == [first, first]
+    (attempt,) = inst[1].event("E-sm")["approvals"]
+    assert attempt["sent"] and attempt["messageId"] == first["messageId"]
+
+
 def test_a_batch_retried_after_a_store_failure_is_applied_whole(
     env: Env, hook: Hook, fleet_of, monkeypatch: pytest.MonkeyPatch
 ) -> None:
