@@ -28,7 +28,9 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import requests
 
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import SEND_LEASE, Approval, EventRecord
@@ -41,6 +43,7 @@ from central.telemetry import metrics
 
 from .arm import Ack, ArmAcknowledger, ArmError
 from .results import BatchResult
+from .settings import CentralSettings, arm_credential
 
 log = logging.getLogger("central.act")
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
@@ -238,3 +241,14 @@ def result_row(rec: EventRecord, attempt: Approval, ack: Ack, now: datetime) -> 
             "Severity": "info" if ack.ok else "warning", "DecidedBy": attempt.decided_by, "LeaderVmId": "",
             "LeaderVmName": attempt.vm_name, "MessageId": attempt.message_id, "At": now, "ReceivedAt": now,
             "Via": "arm"}
+
+
+def arm_approver(typed: CentralSettings, settings: Mapping[str, str]) -> ArmApprover:
+    """ARM approvals with the Function app's identity, built on first use (ARM_ENDPOINT, ARM_API_VERSION)."""
+    def build() -> ArmAcknowledger:
+        session = requests.Session()
+        session.trust_env = not typed.arm_endpoint.startswith("http://")  # a loopback stand-in: no proxy
+        return ArmAcknowledger(arm_credential(settings), typed.arm_endpoint, typed.arm_api_version,
+                               session=session)
+
+    return ArmApprover(build)

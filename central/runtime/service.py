@@ -13,10 +13,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
-
-import requests
 
 from central.intake.plan import heartbeat_log_every
 from central.intake.sender import SenderAuth
@@ -33,15 +31,14 @@ from central.telemetry import metrics
 from . import views
 from .act import CLAIM_SEND_GRACE, Actor
 from .approval_queue import ApprovalSender
-from .arm import ArmAcknowledger
-from .arm_approvals import ArmApprover
+from .arm_approvals import ArmApprover, arm_approver
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
 from .platform_ingest import PlatformIngest, unconfirmed_alerts
 from .results import BatchResult, Decision, InvalidRequest, UnknownEvent, new_counters
 from .reverify import Reverifier
-from .settings import CentralSettings, CountingTransport, SettingsError, arm_credential, storage_clients
+from .settings import CentralSettings, CountingTransport, SettingsError, storage_clients
 from .webhook import WebhookAlerter
 
 log = logging.getLogger("central.service")  # stable: docs and queries select on it
@@ -81,11 +78,12 @@ class CentralService:
                 log.error("POLICY_SHADOW_JSON is ignored: %s", exc)
                 self.shadow_error = str(exc)
         self.config = DecideConfig(
-            result_timeout=_seconds(settings.result_timeout),
-            liveness=_seconds(settings.liveness),
+            result_timeout=timedelta(seconds=settings.result_timeout),
+            liveness=timedelta(seconds=settings.liveness),
             policy_error=str(self.policy_error or ""),
-            witness=WitnessRules(_seconds(settings.report_grace), settings.claims_per_hour,
-                                 witness_scopes(settings.confirm_scopes), _seconds(settings.confirm_grace)),
+            witness=WitnessRules(timedelta(seconds=settings.report_grace), settings.claims_per_hour,
+                                 witness_scopes(settings.confirm_scopes),
+                                 timedelta(seconds=settings.confirm_grace)),
         )
         self.state = FleetState(store)
         self.ingest = Ingest(self.state, store, heartbeat_log_every(settings.heartbeat_missing_minutes))
@@ -383,23 +381,6 @@ class CentralService:
         self._seen[key] = None
         if len(self._seen) > SEEN_LIMIT:
             self._seen.pop(next(iter(self._seen)))
-
-
-def arm_approver(typed: CentralSettings, settings: Mapping[str, str]) -> ArmApprover:
-    """ARM approvals with the Function app's identity, built on first use (ARM_ENDPOINT, ARM_API_VERSION)."""
-    def build() -> ArmAcknowledger:
-        session = requests.Session()
-        session.trust_env = not typed.arm_endpoint.startswith("http://")  # a loopback stand-in: no proxy
-        return ArmAcknowledger(arm_credential(settings), typed.arm_endpoint, typed.arm_api_version,
-                               session=session)
-
-    return ArmApprover(build)
-
-
-def _seconds(value: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=value)
 
 
 def _received(enqueued: Optional[Sequence[Optional[datetime]]], i: int, now: datetime) -> datetime:
