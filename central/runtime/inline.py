@@ -25,8 +25,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 from central.model.events import EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
 from central.policy.budgets import Budget, groups_of, next_waiters
-from central.policy.decide import WAITING_BUDGET
-from central.policy.fleet_view import impacting
+from central.policy.fleet_view import WAITING_BUDGET, impacting
 from central.store.active_events import ActiveEvents
 from central.store.fleet_state import Changes, FleetState
 

@@ -57,7 +57,7 @@ class FleetState(EventReads, VmReads):
         self.reads = 0  # State reads (round trips) since start, for the benchmark
         self.alert_etags: Dict[str, Optional[str]] = {}  # alert rows this instance wrote last
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
-        self.named: Dict[str, VmState] = {}  # VM name -> its row as vms_by_name last read it
+        self.named: Dict[str, VmState] = {}  # VM name -> its holder's row as last read or written
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
         self._logs_read: Dict[Tuple[Optional[str], str], Optional[head_log.Log]] = {}  # (event_reads)
 
@@ -250,8 +250,8 @@ class FleetState(EventReads, VmReads):
             head = rows.head_entity(seq, now)
             new_log = head_log.appended(self.head_log, seq, seen)
             head_log.write(head, new_log)
-            reporters = {v for e in seen for rec in (changes.events[e],) if not rec.ended
-                         for v in rec.reported_by.values()}
+            open_seen = [changes.events[e] for e in seen if not changes.events[e].ended]
+            reporters = {v for rec in open_seen for v in rec.reported_by.values()}
             new_vms = head_log.appended(self.head_vms, seq, reporters, head_log.VMS_CHARS)
             head_log.write(head, new_vms, head_log.VMS_COLUMN)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
@@ -324,13 +324,8 @@ class FleetState(EventReads, VmReads):
                 continue
             if kind == "head":
                 self.head_etag, self.head_seq = etag, seq
-            elif kind == "vm":
-                vm = changes.vms[key]
-                self.vms[key] = (vm, etag)
-                if vm.name_bound:  # the row as committed: as current as a read (vms_by_name's cache)
-                    self.named[vm.name] = vm
-                elif self.named.get(vm.name) is not None and self.named[vm.name].vm_id == key:
-                    del self.named[vm.name]
+            elif kind == "vm":  # the row as committed: as current as a read
+                self.cache_vm(key, changes.vms[key], etag)
             elif kind == "alert":
                 self.alert_etags[key] = etag
             elif kind == "name":

@@ -25,7 +25,7 @@ class VmReads:
     store: TableLog
     vms: Dict[str, Tuple[VmState, Optional[str]]]  # vmId -> (state, etag)
     names: Dict[str, Tuple[str, Optional[str]]]  # VM name -> (bound vmId, etag); read ones
-    named: Dict[str, VmState]  # VM name -> its row as vms_by_name last read it
+    named: Dict[str, VmState]  # VM name -> the row of the VM holding it, as last read or written (cache_vm)
     active: ActiveEvents  # FleetState's cached active events
     reads: int
 
@@ -53,19 +53,27 @@ class VmReads:
         wanted = {v for v in vm_ids if force or v not in self.vms}
         self.install_vms(wanted, self.read_rows(rows.vm_key(v) for v in wanted))
 
+    def cache_vm(self, vm_id: str, vm: Optional[VmState], etag: Optional[str]) -> None:
+        """Cache a VM's row as just read or committed (None: it has none). A row bound to its name is that
+        name's holder now (a name moves only in the transaction that marks its old holder's row unbound,
+        central.intake.plan), so it is also cached as the holder (`named`: what a pass takes without a read
+        where reusable, central.runtime.vm_facts); a row no longer bound stops being one."""
+        before = self.vms.pop(vm_id, None)
+        for name in {row.name for row in (before[0] if before else None, vm) if row is not None}:
+            held = self.named.get(name)
+            if held is not None and held.vm_id == vm_id:
+                del self.named[name]
+        if vm is not None:
+            self.vms[vm_id] = (vm, etag)
+            if vm.name_bound:
+                self.named[vm.name] = vm
+
     def install_vms(self, vm_ids: Iterable[str], found: Found) -> None:
-        """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached. Bound rows
-        also as the holders of their names (a row read now that is bound to its name is its holder:
-        vms_by_name's rule), so a pass takes them from the cache where reusable."""
+        """Cache these VMs' rows as `found` holds them (read_rows): a VM with none is not cached."""
         for vm_id in vm_ids:
             got = found.get(rows.vm_key(vm_id))
-            if got is not None:
-                vm = rows.vm_from_entity(got[0])
-                self.vms[vm_id] = (vm, got[1])
-                if vm.name_bound:
-                    self.named[vm.name] = vm
-            else:
-                self.vms.pop(vm_id, None)
+            self.cache_vm(vm_id, rows.vm_from_entity(got[0]) if got is not None else None,
+                          got[1] if got is not None else None)
 
     def load_names(self, names: Iterable[str], force: bool = False) -> None:
         """Read the name bindings not cached (or all, `force`); an unbound name is cached as ("", None)."""
@@ -119,8 +127,7 @@ class VmReads:
                 vm = self.vm(vm_id) if vm_id else None
                 if vm is not None and vm.name_bound and vm.name == name:
                     out[name] = vm
-        self.named.update(out)
-        return out
+        return out  # (and cached as the names' holders: cache_vm)
 
     def all_vms(self) -> List[VmState]:
         found = self.store.query_with_etags(
@@ -129,5 +136,5 @@ class VmReads:
         self.reads += 1
         for entity, etag in found:
             vm = rows.vm_from_entity(entity)
-            self.vms[vm.vm_id] = (vm, etag)
+            self.cache_vm(vm.vm_id, vm, etag)
         return [rows.vm_from_entity(e) for e, _ in found]

@@ -192,6 +192,23 @@ def test_planning_reads_the_vms_of_another_instances_events_in_its_spare_places(
     assert cache(two) == scanned(log)
 
 
+def test_a_vm_row_read_or_written_holds_its_name_while_bound() -> None:
+    """FleetState.cache_vm, the one step every VM row read or committed goes through: a bound row is its
+    name's holder (what a pass takes without a read), a row no longer bound or gone stops being one, and
+    another VM's hold on the name is left alone."""
+    state = FleetState(None)  # type: ignore[arg-type]  # the cache alone: no store call is made
+    bound = VmState("v1", "n1")
+    state.cache_vm("v1", bound, "e1")
+    assert state.named["n1"] is bound
+    released = VmState("v1", "n1", name_bound=False)  # read again after another VM took its name over
+    state.cache_vm("v1", released, "e2")
+    assert "n1" not in state.named and state.vm("v1") is released
+    holder = VmState("v2", "n1")
+    state.cache_vm("v2", holder, "e3")
+    state.cache_vm("v1", None, None)  # v1's row read as gone
+    assert state.named["n1"] is holder and state.vm("v1") is None
+
+
 def test_a_reader_too_far_behind_reads_every_active_row(log: TableLog) -> None:
     one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
     now = datetime.now(timezone.utc)
