@@ -11,7 +11,6 @@ from central.model.events import EventRecord
 from central.store import state_rows as rows
 
 from . import head_log
-from .int64 import plain
 from .tables import TableLog
 from .vm_reads import TABLE, Found
 
@@ -27,14 +26,13 @@ class EventReads:
     head_etag: Optional[str]
     head_log: Optional[head_log.Log]
     head_vms: Optional[head_log.Log]
-    _logs_read: Dict[Tuple[Optional[str], str], Optional[head_log.Log]]  # (head ETag, column) -> log
     catch_ups: Dict[str, int]
     reads: int
     _absent: Set[str]
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
 
-    def _read_head(self) -> Tuple[Optional[dict], Optional[str], Optional[str]]:
-        """(head entity, its etag, the book's etag), read now in one query."""
+    def _read_head(self) -> Tuple[Optional[head_log.Head], Optional[str]]:
+        """(the head, the book's etag), read now in one query."""
         # a range, not `RowKey eq a or RowKey eq b` (which the service answers by scanning the partition):
         # no row kind sorts between 'book' and 'head' (state_rows.ROW_KINDS; a test holds it)
         found = self.store.query_with_etags(
@@ -42,44 +40,35 @@ class EventReads:
             {"p": rows.PARTITION, "book": rows.BOOK, "head": rows.HEAD},
         )
         self.reads += 1
-        etags = {entity.get("RowKey"): etag for entity, etag in found}
-        head = next((entity for entity, _ in found if entity.get("RowKey") == rows.HEAD), None)
-        return head, etags.get(rows.HEAD), etags.get(rows.BOOK)
+        rows_read = {entity.get("RowKey"): (entity, etag) for entity, etag in found}
+        head = head_log.Head(*rows_read[rows.HEAD]) if rows.HEAD in rows_read else None
+        return head, rows_read[rows.BOOK][1] if rows.BOOK in rows_read else None
 
-    def _log(self, head: dict, etag: Optional[str], column: str) -> Optional[head_log.Log]:
-        """A log the head (read now, with `etag`) carries, parsed once per head read (~12,000 characters)."""
-        key = (etag, column)
-        if key not in self._logs_read:
-            if len(self._logs_read) >= 4:
-                self._logs_read.clear()
-            self._logs_read[key] = head_log.read(head, column)
-        return self._logs_read[key]
-
-    def _changed_since(self, head: Optional[dict], etag: Optional[str]) -> Optional[Set[str]]:
+    def _changed_since(self, head: Optional[head_log.Head]) -> Optional[Set[str]]:
         """The events the head (read now) says changed since the head this cache holds; None when its log
         does not reach back, or names so many that one read of every active row costs less."""
         if head is None:
             return None
-        seq, log_now = int(plain(head.get("Seq"), 0)), self._log(head, etag, head_log.COLUMN)
-        moved = seq > self.head_seq or etag == self.head_etag  # (the same seq rewritten: read everything)
-        changed = head_log.changed_since(log_now, self.head_seq, seq) if self.head_etag and moved else None
+        moved = head.seq > self.head_seq or head.etag == self.head_etag  # (the same seq rewritten: read all)
+        changed = (head_log.changed_since(head.log, self.head_seq, head.seq) if self.head_etag and moved
+                   else None)
         if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
             self.catch_ups["all"] += 1
             return None
         return changed
 
-    def _vms_changed_since(self, head: dict, etag: Optional[str]) -> Set[str]:
+    def _vms_changed_since(self, head: head_log.Head) -> Set[str]:
         """The VMs the head (read now) says reported the events changed since the head this cache holds
         (head_log.VMS_COLUMN: a hint; empty when it does not reach back)."""
-        seq = int(plain(head.get("Seq"), 0))
-        vms = self._log(head, etag, head_log.VMS_COLUMN)
-        return head_log.changed_since(vms, self.head_seq, seq) or set()
+        return head_log.changed_since(head.vms, self.head_seq, head.seq) or set()
 
-    def _at_head(self, head: dict, etag: Optional[str]) -> None:
-        """The cache now holds every event as of `head` (its changed events were read)."""
-        self.head_seq, self.head_etag = int(plain(head.get("Seq"), 0)), etag
-        self.head_log = self._log(head, etag, head_log.COLUMN)
-        self.head_vms = self._log(head, etag, head_log.VMS_COLUMN)
+    def _hold_head(self, head: head_log.Head) -> None:
+        """The cache now holds every event as of `head` (read with them, or its changed events were read)."""
+        self.head_seq, self.head_etag, self.head_log, self.head_vms = head.seq, head.etag, head.log, head.vms
+
+    def _at_head(self, head: head_log.Head) -> None:
+        """`_hold_head` after a catch-up."""
+        self._hold_head(head)
         self.catch_ups["changed"] += 1
 
     def _read_events(self, event_ids: Iterable[str]) -> None:

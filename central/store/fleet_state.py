@@ -30,7 +30,6 @@ from . import head_log
 from .active_events import ActiveEvents
 from .changes import Changes
 from .event_reads import EventReads
-from .int64 import plain
 from .tables import Conflict, Op, TableLog
 from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads
 
@@ -59,7 +58,6 @@ class FleetState(EventReads, VmReads):
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
         self.named: Dict[str, VmState] = {}  # VM name -> its holder's row as last read or written
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
-        self._logs_read: Dict[Tuple[Optional[str], str], Optional[head_log.Log]] = {}  # (event_reads)
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -69,21 +67,21 @@ class FleetState(EventReads, VmReads):
         if force or not self.loaded:
             self._reload_active()
             return True
-        head, etag, book = self._read_head()
-        if etag == self.head_etag and book == self.book_etag:
+        head, book = self._read_head()
+        if _etag(head) == self.head_etag and book == self.book_etag:
             return False
-        if book != self.book_etag or not self._catch_up(head, etag):
+        if book != self.book_etag or not self._catch_up(head):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
-    def _catch_up(self, head: Optional[dict], etag: Optional[str], also: Iterable[str] = ()) -> bool:
+    def _catch_up(self, head: Optional[head_log.Head], also: Iterable[str] = ()) -> bool:
         """Bring the active cache to `head` (read now) by reading only the events its log says changed since
         the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
-        changed = self._changed_since(head, etag)
+        changed = self._changed_since(head)
         if changed is None or head is None:
             return False
         self._read_events(changed | set(also))
-        self._at_head(head, etag)
+        self._at_head(head)
         return True
 
     def catch_up(self, also: Iterable[str] = ()) -> None:
@@ -95,10 +93,10 @@ class FleetState(EventReads, VmReads):
         if not self.loaded:
             self.refresh()
             return
-        head, etag, _ = self._read_head()
-        if etag == self.head_etag and not also:
+        head, _ = self._read_head()
+        if _etag(head) == self.head_etag and not also:
             return
-        if not self._catch_up(head, etag, also):
+        if not self._catch_up(head, also):
             self._reload_active()
 
     def read_for_plan(self, vm_names: Dict[str, str], reported: Iterable[str],
@@ -111,17 +109,17 @@ class FleetState(EventReads, VmReads):
         the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache has none,
         or one last seen before `seen_after`: a decision counting those events then finds them reusable."""
         changed: Set[str] = set()
-        at: Optional[Tuple[dict, Optional[str]]] = None
+        at: Optional[head_log.Head] = None
         if events_may_change and not self.loaded:
             self.refresh()
         elif events_may_change:
-            head, etag, _ = self._read_head()
-            if etag != self.head_etag:
-                found_changed = self._changed_since(head, etag)
+            head, _ = self._read_head()
+            if _etag(head) != self.head_etag:
+                found_changed = self._changed_since(head)
                 if found_changed is None or head is None:
                     self._reload_active()
                 else:
-                    changed, at = found_changed, (head, etag)
+                    changed, at = found_changed, head
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()
@@ -132,7 +130,7 @@ class FleetState(EventReads, VmReads):
                 + [rows.event_key(e, active=False) for e in ended])
         # the VMs of the changed events this cache never read, in the query's spare places only
         spare = -len(keys) % KEYS_PER_QUERY
-        hinted = self._vms_changed_since(*at) - unknown if at else set()
+        hinted = self._vms_changed_since(at) - unknown if at else set()
         riders = sorted(v for v in hinted if self._stale_vm(v, seen_after))[:spare]
         found = self.read_rows(keys + [rows.vm_key(v) for v in riders])
         self.install_vms(unknown, found)
@@ -141,7 +139,7 @@ class FleetState(EventReads, VmReads):
         self._install_active(changed, found)
         self._install_ended(ended, found)
         if at is not None:
-            self._at_head(*at)
+            self._at_head(at)
 
     def _stale_vm(self, vm_id: str, seen_after: Optional[datetime]) -> bool:
         cached = self.vms.get(vm_id)
@@ -173,9 +171,8 @@ class FleetState(EventReads, VmReads):
                 self.book_etag = etag
                 continue
             if entity.get("RowKey") == rows.HEAD:
-                self.head_seq, self.head_etag, head_seen = int(plain(entity.get("Seq"), 0)), etag, True
-                self.head_log = head_log.read(entity)
-                self.head_vms = head_log.read(entity, head_log.VMS_COLUMN)
+                self._hold_head(head_log.Head(entity, etag))
+                head_seen = True
                 continue
             cached = self.active.get(entity.get("EventId", ""))
             if cached is not None and etag and cached[1] == etag:  # the very row cached: not parsed again
@@ -195,7 +192,7 @@ class FleetState(EventReads, VmReads):
             head_log.write(head, [])
             head_log.write(head, [], head_log.VMS_COLUMN)
             etags = self.store.transact(TABLE, [Op("insert", head)])
-            self.head_seq, self.head_etag, self.head_log, self.head_vms = 0, etags[0], [], []
+            self._hold_head(head_log.Head(head, etags[0]))
             return
         except Conflict:
             pass
@@ -204,9 +201,7 @@ class FleetState(EventReads, VmReads):
         if got is None:  # cannot be (a head is never deleted); the first event commit inserts it then
             self.head_seq, self.head_etag = 0, None
         else:
-            self.head_seq, self.head_etag = int(plain(got[0].get("Seq"), 0)), got[1]
-            self.head_log = head_log.read(got[0])
-            self.head_vms = head_log.read(got[0], head_log.VMS_COLUMN)
+            self._hold_head(head_log.Head(*got))
 
     def due_alert_rows(self, now: datetime) -> List[Tuple[Alert, str]]:
         """Alerts owed by no event whose next try is due (at-least-once delivery, any instance)."""
@@ -349,3 +344,7 @@ class FleetState(EventReads, VmReads):
 
     def touched_vm_ids(self, changes: Changes) -> Set[str]:
         return set(changes.vms)
+
+
+def _etag(head: Optional[head_log.Head]) -> Optional[str]:
+    return head.etag if head is not None else None

@@ -14,8 +14,10 @@ decision asks; a hint that does not reach back costs those later reads, nothing 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Dict, Iterable, List, Optional, Set
 
+from .int64 import plain
 from .tables import get_json, put_json
 
 COLUMN = "Changed"
@@ -24,6 +26,23 @@ VMS_COLUMN = "ChangedVms"
 VMS_CHARS = 6_000  # ~150 vmIds: a hint, so a shorter reach than the events' log is enough
 
 Log = List[List[Any]]
+
+
+class Head:
+    """The head row as read (or written) with its ETag: its sequence, and its logs, each parsed once, when
+    first asked for (a catch-up asks for both; a cache at the head, for neither)."""
+
+    def __init__(self, entity: Dict[str, Any], etag: Optional[str]) -> None:
+        self.entity, self.etag = entity, etag
+        self.seq = int(plain(entity.get("Seq"), 0))
+
+    @cached_property
+    def log(self) -> Optional[Log]:
+        return read(self.entity)
+
+    @cached_property
+    def vms(self) -> Optional[Log]:
+        return read(self.entity, VMS_COLUMN)
 
 
 def read(head: Dict[str, Any], column: str = COLUMN) -> Optional[Log]:

@@ -31,6 +31,12 @@ def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
     assert head_log.changed_since(log, 0, 3) == {"A", "B", "C", "D"}
     assert head_log.changed_since(log, 0, 4) is None  # a commit it does not hold
     assert head_log.changed_since(None, 0, 1) is None  # a head written before the log
+    entity: dict = {"Seq": 3}
+    head_log.write(entity, log)
+    head_log.write(entity, head_log.appended(None, 3, ["v9"], head_log.VMS_CHARS), head_log.VMS_COLUMN)
+    head = head_log.Head(entity, "etag")
+    assert (head.seq, head.log, head.vms, head.etag) == (3, log, [[3, "v9"]], "etag")
+    assert head_log.Head({"Seq": 1}, None).log is None  # written before the logs existed
     long = None
     for seq in range(1, 200):
         long = head_log.appended(long, seq, [f"E-{seq:04d}-{'x' * 100}"])
