@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 from bench import FIGURES_ENV, Figure, aggregate, report, table
 
@@ -21,17 +21,26 @@ HERE = Path(__file__).resolve().parent
 
 
 def repeats_inside(name: str) -> bool:
-    tree = ast.parse((HERE / f"{name}.py").read_text(encoding="utf-8"))
-    return any(isinstance(node, ast.Assign) and getattr(node.value, "value", False) is True
-               and any(getattr(t, "id", "") == "REPEATS_INSIDE" for t in node.targets) for node in tree.body)
+    return _flag(ast.parse((HERE / f"{name}.py").read_text(encoding="utf-8")), "REPEATS_INSIDE") is True
+
+
+def _flag(tree: ast.Module, name: str) -> Any:
+    """A module-level `NAME = <constant>` of a bench module (None when it has none)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
+            return getattr(node.value, "value", None)
+    return None
 
 
 def modules() -> List[str]:
+    """The bench modules with a main(), except diagnostics (`IN_BENCH = False`: run them by name)."""
     found = []
     for path in sorted(HERE.glob("*.py")):
         if path.name.startswith("_"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        if _flag(tree, "IN_BENCH") is False:
+            continue
         if any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
             found.append(path.stem)
     return found

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bench import Figure, aggregate, report, spread_figure
-from bench.__main__ import repeats_inside
+from bench.__main__ import modules, repeats_inside
 from bench.report import markdown
 
 
@@ -37,6 +37,13 @@ def test_a_module_repeating_its_own_runs_is_run_once_and_reports_its_range() -> 
     assert not repeats_inside("forwarder_latency")
     figure = spread_figure(Figure("central_throughput", "steady envelopes/s", 0, "1/s"), [4391, 4834, 4510])
     assert (figure.value, figure.low, figure.high, figure.runs) == (4510, 4391, 4834, 3)
+
+
+def test_a_diagnostic_is_left_out_of_the_full_run() -> None:
+    """`python -m bench` runs every module with a main() but the diagnostics (IN_BENCH = False)."""
+    found = modules()
+    assert "wave_sim" in found and "fleet_cost" in found
+    assert "wave_overhead" not in found
 
 
 def test_the_results_page_shows_median_range_and_runs() -> None:

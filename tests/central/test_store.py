@@ -171,6 +171,38 @@ def test_a_lost_commit_leaves_the_cache_current_with_two_reads(azurite: processe
     assert mine.head_seq == 2
 
 
+def test_a_record_another_instance_wrote_is_read_back_with_plain_times(
+        azurite: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK reads an Edm.DateTime as its own datetime subclass; a record read back from the store (every
+    change another instance made) holds plain datetimes, so planning copies it on central.model.clone's fast
+    path, not copy.deepcopy's (issue 24: copies of such records cost twice as much)."""
+    import copy
+
+    from central.model.clone import clone_event
+    from central.model.events import EventRecord
+    from central.store.fleet_state import Changes, FleetState
+
+    log = log_for(azurite)
+    mine, other = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    mine.refresh()
+    other.refresh()
+    now = datetime(2026, 11, 26, 20, 0, 0, 123456, tzinfo=timezone.utc)
+    rec = EventRecord(event_id="E1", first_seen=now)
+    rec.absorb({"EventId": "E1", "EventType": "Reboot", "Resources": ["vm-a"], "EventStatus": "Scheduled",
+                "NotBefore": "Thu, 26 Nov 2026 20:15:00 GMT", "DurationInSeconds": -1}, "id-a", "vm-a", now)
+    other.commit(Changes(events={"E1": rec}), now)
+    mine.catch_up()
+    read = mine.active["E1"][0]
+    assert read.first_seen == now and read.not_before == datetime(2026, 11, 26, 20, 15, tzinfo=timezone.utc)
+    assert type(read.first_seen) is datetime and type(read.not_before) is datetime
+
+    def no_deepcopy(value: object, memo: object = None) -> object:
+        raise AssertionError(f"copy.deepcopy({type(value).__name__}) on a record read back")
+
+    monkeypatch.setattr(copy, "deepcopy", no_deepcopy)
+    assert clone_event(read) == read
+
+
 def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Server) -> None:
     """batch_wire.query (TableLog.query_with_etags) beside the SDK's query_entities: the same entities, value
     types, ETags and metadata, page after page, with $select, and the same refusal of a bad filter."""
