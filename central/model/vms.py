@@ -83,6 +83,10 @@ class VmState:
         if self.last_seen is None or moment > self.last_seen:
             self.last_seen = moment
 
+    def heard_since(self, moment: datetime) -> bool:
+        """Central received anything from it (heartbeat or envelope) at `moment` or later."""
+        return self.last_seen is not None and self.last_seen >= moment
+
     def live(self, now: datetime, liveness: timedelta) -> bool:
         """A forwarder is live when it sent anything (heartbeat or envelope) within `liveness`."""
-        return self.last_seen is not None and now - self.last_seen <= liveness
+        return self.heard_since(now - liveness)

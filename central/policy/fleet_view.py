@@ -107,7 +107,7 @@ class FleetView:
         sizes = self._sizes.get(budget.name)
         if sizes is None:
             vms = self.known() if self.known is not None else list(self.vms_by_name.values())
-            recent = [vm for vm in vms if vm.last_seen is not None and now - vm.last_seen <= KNOWN_WITHIN]
+            recent = [vm for vm in vms if vm.live(now, KNOWN_WITHIN)]
             sizes = {g: len(m) for g, m in group_members(budget, recent).items()}
             self._sizes[budget.name] = sizes
         return sizes.get(group, 0)

@@ -37,7 +37,7 @@ def reusable(vm: Optional[VmState], now: datetime, liveness: timedelta) -> bool:
 
 def held_since(vm: Optional[VmState], oldest: datetime) -> bool:
     """`reusable` with its bound given: bound to its name and heard from at `oldest` or later."""
-    return vm is not None and vm.name_bound and vm.last_seen is not None and vm.last_seen >= oldest
+    return vm is not None and vm.name_bound and vm.heard_since(oldest)
 
 
 def reading_fewer(read: Read, cached: Mapping[str, VmState], fresh: Set[str], keep_out: Set[str],

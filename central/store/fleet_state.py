@@ -142,11 +142,9 @@ class FleetState(EventReads, VmReads):
             self._at_head(at)
 
     def _stale_vm(self, vm_id: str, seen_after: Optional[datetime]) -> bool:
+        """Worth a rider's place: not cached, or cached as last heard from before `seen_after`."""
         cached = self.vms.get(vm_id)
-        if cached is None:
-            return True
-        seen = cached[0].last_seen
-        return seen_after is not None and (seen is None or seen < seen_after)
+        return cached is None or (seen_after is not None and not cached[0].heard_since(seen_after))
 
     def ensure_loaded(self) -> None:
         if not self.loaded:
