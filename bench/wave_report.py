@@ -110,10 +110,16 @@ def per_thousand(r: Dict[str, float], key: str) -> float:
     return 1000 * r[key] / r["envelopes"] if r["envelopes"] else float("nan")
 
 
+def ratios(many: Dict[str, float], one: Dict[str, float]) -> Tuple[float, float]:
+    """Item 4's ratios of two runs of the same seeded wave, per 1,000 envelopes: (CPU inside central's calls,
+    Storage round trips) of `many` instances against `one`."""
+    return (per_thousand(many, "invocation_cpu_s") / per_thousand(one, "invocation_cpu_s"),
+            per_thousand(many, "requests") / per_thousand(one, "requests"))
+
+
 def compare(label: str, many: Dict[str, float], one: Dict[str, float], instances: int) -> List[Figure]:
     """Item 4's ratio: `instances` instances against one on the same seeded wave, per 1,000 envelopes."""
-    cpu = per_thousand(many, "invocation_cpu_s") / per_thousand(one, "invocation_cpu_s")
-    trips = per_thousand(many, "requests") / per_thousand(one, "requests")
+    cpu, trips = ratios(many, one)
     print(f"{label}: {instances} instances vs 1, per 1,000 envelopes: CPU inside central's calls x{cpu:.2f}, "
           f"Storage round trips x{trips:.2f} (goal <= x1.10)")
     return [Figure("wave_sim", f"{label}: CPU per 1,000 envelopes, {instances} instances vs 1", round(cpu, 3),

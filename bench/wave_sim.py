@@ -284,7 +284,8 @@ def install_queues(vm_ids: List[str], connection: str, storage: Optional[MemoryS
             pass
 
 
-def main(argv: List[str]) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The wave's options and their defaults (bench.wave_overhead plays the same wave)."""
     parser = argparse.ArgumentParser(prog="python -m bench.wave_sim", description=__doc__.split("\n")[0])
     parser.add_argument("--vms", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=10_000)
@@ -313,7 +314,11 @@ def main(argv: List[str]) -> int:
                         help="the VMs' approval queues exist before the wave, as the forwarder's install "
                              "creates them (installed), or central creates each with its first send "
                              "(missing; on Azurite a queue an earlier run created is kept)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: List[str]) -> int:
+    args = parser().parse_args(argv)
     figures: List[Figure] = []
     small = argparse.Namespace(**{**vars(args), "vms": 1000, "events": 100,
                                   "max_real_seconds": args.validate_seconds})

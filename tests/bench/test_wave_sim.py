@@ -32,3 +32,18 @@ def test_a_small_wave_is_played_to_the_end_within_its_budgets(runs: dict, http: 
     assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40
     assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5 and r["lost_races"] == 0
     assert r["requests"] > 0 and r["envelopes"] >= 40 * 4  # Scheduled, result, Started, gone at least
+
+
+def test_the_overhead_diagnostic_serves_the_catch_up_without_requests() -> None:
+    """bench.wave_overhead's third way: with two instances the catch-ups' rows come from the stand-in's
+    memory (a count of them), and the wave is still played to the end; outside it, nothing is served."""
+    from bench.wave_overhead import changes_free
+
+    storage = MemoryStorage()
+    with changes_free(storage) as served:
+        r = simulate(small("direct"), table_memory_net.connection_string(), Model(), "f", storage)
+    assert served["rows"] > 0
+    assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40 and r["approved_twice"] == 0
+    from central.store.vm_reads import VmReads
+
+    assert VmReads.read_rows.__qualname__ == "VmReads.read_rows"  # put back
