@@ -14,8 +14,9 @@ Each way plays the same seeded wave with 4 instances and with 1 (bench.wave_sim,
    charged: what reading others' changes would cost at best if they rode in the head's own read. Turning
    them into records (central.store.state_rows) is still charged.
 
-Each pair (4 instances, then 1) runs in a process of its own. A diagnostic, not a goal: `python -m bench` does
-not run it (IN_BENCH). It prints each way's ratios, and their median [min-max] over `--runs`.
+Each pair runs in a process of its own, its 4-instance and 1-instance plays side by side (bench.side_by_side).
+A diagnostic, not a goal: `python -m bench` does not run it (IN_BENCH). It prints each way's ratios, and their
+median [min-max] over `--runs`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from statistics import median
 from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
-from bench import table_memory_net, wave_sim
+from bench import side_by_side, table_memory_net, wave_sim
 from bench.table_memory import MemoryStorage
 from bench.table_model import Model
 from bench.wave_report import per_thousand, ratios
@@ -97,8 +98,8 @@ def play(args: argparse.Namespace, instances: int, way: str, tag: str) -> Dict[s
 
 
 def pair(sim: argparse.Namespace, way: str) -> Tuple[float, float, float, float]:
-    """4 instances then 1 in this process, as `--compare-one` plays them: the ratios, and each CPU figure."""
-    many, one = play(sim, 4, way, "m"), play(sim, 1, way, "o")
+    """4 instances and 1 side by side, as `--compare-one` plays them: the ratios, and each CPU figure."""
+    many, one = side_by_side.run(lambda: play(sim, 4, way, "m"), play, sim, 1, way, "o")
     cpu, trips = ratios(many, one)
     return cpu, trips, per_thousand(many, "invocation_cpu_s"), per_thousand(one, "invocation_cpu_s")
 

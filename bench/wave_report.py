@@ -117,11 +117,13 @@ def ratios(many: Dict[str, float], one: Dict[str, float]) -> Tuple[float, float]
             per_thousand(many, "requests") / per_thousand(one, "requests"))
 
 
-def compare(label: str, many: Dict[str, float], one: Dict[str, float], instances: int) -> List[Figure]:
-    """Item 4's ratio: `instances` instances against one on the same seeded wave, per 1,000 envelopes."""
+def compare(label: str, many: Dict[str, float], one: Dict[str, float], instances: int,
+            played: str) -> List[Figure]:
+    """Item 4's ratio: `instances` instances against one on the same seeded wave, per 1,000 envelopes
+    (`played`: how the two runs were played, side by side or one after the other)."""
     cpu, trips = ratios(many, one)
-    print(f"{label}: {instances} instances vs 1, per 1,000 envelopes: CPU inside central's calls x{cpu:.2f}, "
-          f"Storage round trips x{trips:.2f} (goal <= x1.10)")
+    print(f"{label}: {instances} instances vs 1 ({played}), per 1,000 envelopes: CPU inside central's calls "
+          f"x{cpu:.2f}, Storage round trips x{trips:.2f} (goal <= x1.10)")
     return [Figure("wave_sim", f"{label}: CPU per 1,000 envelopes, {instances} instances vs 1", round(cpu, 3),
                    "x", "<= 1.10", cpu <= 1.10),
             Figure("wave_sim",

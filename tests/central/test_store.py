@@ -253,3 +253,26 @@ def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Serve
     assert [e for e, _ in bare] == [e for e, _ in sdk(*every)]
     assert [m["etag"] for _, m in bare] == [m["etag"] for _, m in sdk(*every)]
     assert all(m["timestamp"] is None for _, m in bare) and all(m["timestamp"] for _, m in sdk(*every))
+    # times: equal to the SDK's datetime subclass, but plain datetimes (fromisoformat, not strptime)
+    assert all(type(e["When"]) is datetime and e["When"] == when for e, _ in wire(*every))
+    assert all(type(e["When"]) is not datetime for e, _ in sdk(*every))
+
+
+def test_a_time_fromisoformat_cannot_read_is_left_to_the_sdk() -> None:
+    """batch_wire.plain_times parses the service's Edm.DateTime texts; one it cannot read (strptime reads
+    unpadded fields, fromisoformat does not) keeps its annotation, so the SDK's converter still parses it."""
+    from azure.data.tables._deserialize import _convert_to_entity
+
+    entity = {"odata.etag": "W/\"x\"", "PartitionKey": "p", "RowKey": "r",
+              "Timestamp@odata.type": "Edm.DateTime", "Timestamp": "2026-11-26T20:00:00.1234567Z",
+              "A@odata.type": "Edm.DateTime", "A": "2026-11-26T20:00:00.1234567Z",
+              "B@odata.type": "Edm.DateTime", "B": "2026-1-5T1:2:3Z", "C": "2026-11-26T20:00:00Z"}
+    batch_wire.plain_times(entity)
+    assert entity["A"] == datetime(2026, 11, 26, 20, 0, 0, 123456, tzinfo=timezone.utc)
+    assert "A@odata.type" not in entity
+    assert entity["B@odata.type"] == "Edm.DateTime" and entity["Timestamp"] == "2026-11-26T20:00:00.1234567Z"
+    converted = _convert_to_entity(entity)
+    assert type(converted["A"]) is datetime
+    assert converted["B"] == datetime(2026, 1, 5, 1, 2, 3, tzinfo=timezone.utc)
+    assert type(converted["B"]) is not datetime
+    assert converted["C"] == "2026-11-26T20:00:00Z"  # a string property stays a string
