@@ -7,7 +7,8 @@ Scale-out (issues 10, 24): with `--instances 1,2,4` the largest fleet is also pl
 runner processes sharing the hub's partitions (one consumer group) and one store: the CPU seconds spent
 inside central's invocations (each invocation's own thread CPU time, kept by the runner) and the Storage
 round trips (a counting proxy in front of the table and queue endpoints) per 1,000 envelopes, against one
-instance's (goal: within 10 %), the commits that lost a race on the head row, and the aggregate rate.
+instance's playing the same fleet at the same time (`side_by_side`; goal: within 10 %), the commits that
+lost a race on the head row, and the aggregate rate.
 The CPU of the whole runner processes is printed beside it: it adds each process's own Event Hubs receive
 loops, load balancing and timers, a background that grows with the number of processes and with the
 play's wall time, i.e. with how loaded the machine is (~0.006 CPU s/s a runner idle; before
@@ -43,9 +44,10 @@ import sys
 import tempfile
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import psutil
 from azure.eventhub import EventData, EventHubProducerClient
@@ -163,12 +165,13 @@ def publish(conn: str, bodies: List[bytes]) -> None:
         send_signed(producer, bodies)
 
 
-def run_size(
-    n: int, args: argparse.Namespace, azurite: processes.Server, work: Path, instances: int = 1
-) -> Dict[str, float]:
+def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path, instances: int = 1,
+             also: str = "") -> Dict[str, float]:
+    """One fleet size played on `instances` runners (`also`: a second play of the same size and count, beside
+    another: its own hub, tables, files)."""
     from bench.approval_loop import CountingProxy
 
-    tag = f"{n}x{instances}"
+    tag = f"{n}x{instances}{also}"
     hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"],
                                    log_dir=work / f"eh{tag}")
     storage = azurite.extra["connection_string"]
@@ -184,8 +187,10 @@ def run_size(
                     "AzureWebJobsStorage": storage,
                     "ApprovalStorage": counted,
                     **processes.central_hub_settings(hub.port, HUB),  # the forwarders' and the platform hub
-                    "EVENTHUB_CONSUMER_GROUP": "central",
-                    "TABLE_PREFIX": f"fleet{n}x{instances}",
+                    # a consumer group of its own beside another play: partition ownership is kept in
+                    # AzureWebJobsStorage by namespace, hub and group, and both local hubs are on 127.0.0.1
+                    "EVENTHUB_CONSUMER_GROUP": f"central{also}",
+                    "TABLE_PREFIX": f"fleet{tag}",
                     "POLICY_JSON": "",
                     "ALERT_WEBHOOK_URL": "",
                     "ALERT_WEBHOOK_FORMAT": "generic",
@@ -245,7 +250,7 @@ def run_size(
         queues.stop()
     if done < len(bodies):
         raise RuntimeError(
-            f"{n} VMs: central processed {done} of {len(bodies)} envelopes in {args.timeout} s"
+            f"{n} VMs on {tag}: central processed {done} of {len(bodies)} envelopes in {args.timeout} s"
         )
     incarnations_per_vm_hour = args.events_per_vm_month * 3 / HOURS_PER_MONTH
     offered = n / HEARTBEAT_INTERVAL + n * incarnations_per_vm_hour / 3600.0
@@ -287,6 +292,18 @@ def idle_reads_per_vm_hour(work: Path, azurite: processes.Server) -> float:
     finally:
         sim.close()
         imds.stop()
+
+
+def side_by_side(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path,
+                 instances: int) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """`instances` runners and one runner playing the same fleet at the same time (each its own hub, tables
+    and runners; the one Azurite), for item 4's ratio: the CPU an invocation takes drifts by up to 20 %
+    between minutes on this shared machine, on both cores alike (bench.side_by_side), so a 1-instance play
+    minutes earlier is no reference. Both publish from this process, one thread each."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        many = pool.submit(run_size, n, args, azurite, work, instances)
+        one = pool.submit(run_size, n, args, azurite, work, 1, f"beside{instances}")
+        return many.result(), one.result()
 
 
 def main(argv: List[str]) -> int:
@@ -333,7 +350,7 @@ def main(argv: List[str]) -> int:
             idle = idle_reads_per_vm_hour(work, azurite)
             results = [run_size(n, args, azurite, work) for n in sizes]
             counts = [int(c) for c in args.instances.split(",") if c.strip()]
-            scaled = [run_size(sizes[-1], args, azurite, work, k) for k in counts if k > 1]
+            scaled = [side_by_side(sizes[-1], args, azurite, work, k) for k in counts if k > 1]
         finally:
             azurite.stop()
     per_event_tx = args.fast_minutes * 60.0 / args.fast_interval + 3  # fast reads + send, receive, delete
@@ -393,8 +410,7 @@ def main(argv: List[str]) -> int:
                     "x",
                 )
             )
-    one = results[-1]
-    for r in [one, *scaled]:
+    for r, one in [(results[-1], results[-1]), *scaled]:  # each against the 1-instance play beside it
         k = int(r["instances"])
         cpu_x = r["cpu_s_per_1000"] / (one["cpu_s_per_1000"] or 1.0)
         app_x = r["app_cpu_s_per_1000"] / (one["app_cpu_s_per_1000"] or 1.0)
@@ -410,6 +426,8 @@ def main(argv: List[str]) -> int:
             f"{r['idle_cpu_per_s']:.3f} CPU s/s, net of it {r['net_cpu_s_per_1000']:.2f} s, x{net_x:.2f}); "
             f"Storage round trips {r['trips_per_1000']:.1f} per 1,000 (x{trips_x:.2f}); "
             f"commits that lost a race {int(r['lost_races'])}"
+            + ("" if r is one else f"; the 1-instance play beside it: {one['app_cpu_s_per_1000']:.3f} s and "
+                                   f"{one['trips_per_1000']:.1f} round trips per 1,000 envelopes")
         )
         label = f"{int(r['vms'])} VMs, {k} instance(s)"
         figures += [
