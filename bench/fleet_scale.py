@@ -167,8 +167,8 @@ def publish(conn: str, bodies: List[bytes]) -> None:
 
 def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path, instances: int = 1,
              also: str = "") -> Dict[str, float]:
-    """One fleet size played on `instances` runners (`also`: a second play of the same size and count, beside
-    another: its own hub, tables, files)."""
+    """One fleet size played on `instances` runners. `also`: a suffix naming a play beside another of the same
+    size and count (its own hub, files, tables and consumer group)."""
     from bench.approval_loop import CountingProxy
 
     tag = f"{n}x{instances}{also}"

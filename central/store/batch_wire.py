@@ -156,8 +156,8 @@ def plain_times(entity: Dict[str, Any]) -> None:
     """The entity's Edm.DateTime properties (not the service's Timestamp) as plain UTC datetimes, parsed by
     datetime.fromisoformat (~0.1 us each), before the SDK's conversion: it parses each with strptime (~5 us),
     ~60 % of converting a State row, and a cache following another instance converts every row that
-    instance changes (issue 24). A text fromisoformat does not read keeps its annotation: the SDK's own
-    parse then takes it (Cosmos DB's odd decimals), as before."""
+    instance changes (issue 24). A text fromisoformat does not read (unpadded fields, which strptime takes;
+    anything before Python 3.11, which reads no 'Z') keeps its annotation: the SDK parses it, as before."""
     for key in [k for k in entity if k.endswith("@odata.type") and entity[k] == "Edm.DateTime"]:
         name = key[:-len("@odata.type")]
         value = entity.get(name)
@@ -185,7 +185,8 @@ def query(client: TableClient, filter_: str, parameters: Dict[str, Any], select:
     metadata (None) instead of parsed, for callers that keep only the ETag: the SDK parses it with strptime,
     ~5 % of central's CPU in that wave (an entity without its own odata.etag keeps it: the SDK derives the
     ETag from it). Edm.DateTime values come back as plain datetimes (`plain_times`), equal to the SDK's own
-    datetime subclass. Raises HttpResponseError when the service refuses the query."""
+    datetime subclass, where fromisoformat reads them. Raises HttpResponseError when the service refuses the
+    query."""
     base = f"{client.scheme}://{client._primary_hostname}"
     # each value percent-encoded whole, as the SDK's request builder does (azure-core joins params as given:
     # a key holding '&', '+' or '%27' would otherwise cut or rewrite the filter)
