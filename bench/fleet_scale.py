@@ -168,7 +168,8 @@ def publish(conn: str, bodies: List[bytes]) -> None:
 def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path, instances: int = 1,
              also: str = "") -> Dict[str, float]:
     """One fleet size played on `instances` runners. `also`: a suffix naming a play beside another of the same
-    size and count (its own hub, files, tables and consumer group)."""
+    size and count (its own hub, files and tables; the runners' partition ownership is kept per hub address,
+    port included, so the two never share it)."""
     from bench.approval_loop import CountingProxy
 
     tag = f"{n}x{instances}{also}"
@@ -187,9 +188,7 @@ def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: 
                     "AzureWebJobsStorage": storage,
                     "ApprovalStorage": counted,
                     **processes.central_hub_settings(hub.port, HUB),  # the forwarders' and the platform hub
-                    # a consumer group of its own beside another play: partition ownership is kept in
-                    # AzureWebJobsStorage by namespace, hub and group, and both local hubs are on 127.0.0.1
-                    "EVENTHUB_CONSUMER_GROUP": f"central{also}",
+                    "EVENTHUB_CONSUMER_GROUP": "central",
                     "TABLE_PREFIX": f"fleet{tag}",
                     "POLICY_JSON": "",
                     "ALERT_WEBHOOK_URL": "",

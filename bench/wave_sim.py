@@ -340,21 +340,23 @@ def main(argv: List[str]) -> int:
                                   "max_real_seconds": args.validate_seconds})
     main_label = f"{args.vms} VMs, {args.events} events" + (", Azurite" if args.store == "azurite" else "")
     one = argparse.Namespace(**{**vars(args), "instances": 1})
-    runs = [(main_label, args, Model(), args.store)]
-    if args.compare_one and args.instances > 1 and args.store == "azurite":  # (one Azurite: one at a time)
-        runs.append((main_label + ", 1 instance", one, Model(), args.store))
+    compare_one = args.compare_one and args.instances > 1
+    runs: List[Tuple[str, argparse.Namespace, Model, str]] = []
+    if compare_one and args.store == "memory":
+        # the 1-instance wave at the same time, in a process of its own: the machine's drift cancels out
+        (many, many_s), (single, single_s) = side_by_side.run(
+            lambda: play_on_memory(args, "r0"), play_on_memory, one, "r1")
+        figures += report(main_label, many, many_s, args.budget)
+        figures += report(main_label + ", 1 instance", single, single_s, args.budget)
+        figures += compare(main_label, many, single, args.instances, "side by side")
+    else:
+        runs.append((main_label, args, Model(), args.store))
+        if compare_one:  # on Azurite: one after the other (one Azurite)
+            runs.append((main_label + ", 1 instance", one, Model(), args.store))
     if args.validate:  # the same 1k scenario on the stand-in and on Azurite; then Azurite's own pace
         runs += [("1000 VMs, 100 events, stand-in, Azure model", small, Model(), "memory"),
                  ("1000 VMs, 100 events, Azurite, Azure model", small, Model(), "azurite"),
                  ("1000 VMs, 100 events, Azurite latencies", small, Model(use_measured=True), "azurite")]
-    if args.compare_one and args.instances > 1 and args.store == "memory":
-        # the 1-instance wave at the same time, in a process of its own: the machine's drift cancels out
-        (many, many_s), (single, single_s) = side_by_side.run(
-            lambda: play(args, runs[0][2], "r0"), play_on_memory, one, "r1")
-        figures += report(main_label, many, many_s, args.budget)
-        figures += report(main_label + ", 1 instance", single, single_s, args.budget)
-        figures += compare(main_label, many, single, args.instances, "side by side")
-        runs.pop(0)
     results: List[Dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         azurite = processes.start_azurite(log_dir=Path(tmp)) if any(r[3] == "azurite" for r in runs) else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
@@ -39,6 +39,8 @@ from azure.data.tables._serialize import (  # pinned SDK (12.7.0)
     _parameter_filter_substitution,
     _prepare_key,
 )
+
+from central.model.times import aware
 
 WireOp = Tuple[str, Dict[str, Any], Optional[str]]
 _SUBRESPONSE = re.compile(rb"HTTP/1\.1 (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n(.*?)(?=\r\n--|\Z)", re.DOTALL)
@@ -164,11 +166,9 @@ def plain_times(entity: Dict[str, Any]) -> None:
         if name == "Timestamp" or not isinstance(value, str):
             continue
         try:
-            moment = datetime.fromisoformat(value)
+            entity[name] = aware(datetime.fromisoformat(value))
         except ValueError:
             continue
-        entity[name] = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else \
-            moment.astimezone(timezone.utc)
         del entity[key]
 
 

@@ -1,6 +1,6 @@
 """bench.fleet_scale's reference for item 4 (issue 24): the same fleet played on 2 runners and on 1 runner at
-the same time, each with its own hub, tables and consumer group (a table prefix the settings refuse, or a
-shared partition ownership, left one of the two with nothing to process), both to their last envelope."""
+the same time, each with its own hub and tables, both to their last envelope (a table prefix central's
+settings refused once left one of the two with nothing to process)."""
 
 from __future__ import annotations
 

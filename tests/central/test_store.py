@@ -175,7 +175,8 @@ def test_a_record_another_instance_wrote_is_read_back_with_plain_times(
         azurite: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK reads an Edm.DateTime as its own datetime subclass; a record read back from the store (every
     change another instance made) holds plain datetimes, so planning copies it on central.model.clone's fast
-    path, not copy.deepcopy's (issue 24: copies of such records cost twice as much)."""
+    path, not copy.deepcopy's (issue 24: copies of such records cost twice as much). Both ways rows come back:
+    a query (batch_wire parses the times itself) and a point read (the SDK's get_entity: state_rows._dt)."""
     import copy
 
     from central.model.clone import clone_event
@@ -195,12 +196,20 @@ def test_a_record_another_instance_wrote_is_read_back_with_plain_times(
     read = mine.active["E1"][0]
     assert read.first_seen == now and read.not_before == datetime(2026, 11, 26, 20, 15, tzinfo=timezone.utc)
     assert type(read.first_seen) is datetime and type(read.not_before) is datetime
+    gone = EventRecord(event_id="E2", first_seen=now)
+    gone.absorb({"EventId": "E2", "EventType": "Reboot", "Resources": ["vm-b"], "EventStatus": "Scheduled",
+                 "NotBefore": "", "DurationInSeconds": -1}, "id-b", "vm-b", now)
+    gone.end_stale(now)
+    other.commit(Changes(events={"E2": gone}), now)
+    ended, active = mine.find_event("E2")  # its ended row, by a point read
+    assert ended is not None and not active and ended.ended_at == now
+    assert type(ended.first_seen) is datetime and type(ended.ended_at) is datetime
 
     def no_deepcopy(value: object, memo: object = None) -> object:
         raise AssertionError(f"copy.deepcopy({type(value).__name__}) on a record read back")
 
     monkeypatch.setattr(copy, "deepcopy", no_deepcopy)
-    assert clone_event(read) == read
+    assert clone_event(read) == read and clone_event(ended) == ended
 
 
 def test_the_wire_query_reads_what_query_entities_reads(azurite: processes.Server) -> None:
