@@ -47,3 +47,20 @@ def test_the_overhead_diagnostic_serves_the_catch_up_without_requests() -> None:
     from central.store.vm_reads import VmReads
 
     assert VmReads.read_rows.__qualname__ == "VmReads.read_rows"  # put back
+
+
+def test_the_phase_diagnostic_accounts_for_central_s_cpu_and_puts_the_functions_back() -> None:
+    """bench.wave_phases: the phases' own CPU adds up to central's CPU in the calls (each second charged to
+    one phase, the stand-in's answering to none); with two instances, records are built from the rows another
+    instance changed (its catch-ups), with one, never (it reads back nothing it wrote); the wrapped functions
+    are central's own again after the play."""
+    from bench.wave_phases import REST, _phases, measure
+
+    before = [owner.__dict__[name] for owner, name, _ in _phases()]
+    two, one = measure(small("direct"), 2, "p2"), measure(small("direct"), 1, "p1")
+    for play in (two, one):
+        total = play["figures"]["invocation_cpu_s"]
+        assert abs(sum(play["cpu"].values()) - total) <= 0.05 * total + 0.01
+        assert play["calls"][REST] == play["figures"]["calls"] - play["calls"]["the timer's pass"]
+    assert two["calls"]["event records built"] > 0 and one["calls"].get("event records built", 0) == 0
+    assert [owner.__dict__[name] for owner, name, _ in _phases()] == before
