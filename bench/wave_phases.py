@@ -112,6 +112,18 @@ def measure(args: argparse.Namespace, instances: int, tag: str) -> Dict[str, Any
     return {"figures": figures, "cpu": dict(ledger.cpu), "calls": dict(ledger.calls)}
 
 
+def priced(figures: Dict[str, Any]) -> float:
+    """USD of central's work in a play, priced as bench.fleet_cost prices it: Flex Consumption GB-s for the
+    calls' CPU plus each Storage request at the model's mean Azure latency, at infra's instance memory, and
+    each request as a Table transaction (bench.azure_prices: the GB-s price cited, the Table one assumed)."""
+    from bench.azure_prices import PRICES
+    from bench.fleet_cost import STORAGE_MEAN_S, instance_memory_gb
+
+    busy = figures["invocation_cpu_s"] + figures["requests"] * STORAGE_MEAN_S
+    return (busy * instance_memory_gb() * PRICES["fx_gb_s"].usd
+            + figures["requests"] / 10_000 * PRICES["table_10k"].usd)
+
+
 def pair(sim: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """4 instances and 1, side by side."""
     return side_by_side.run(lambda: measure(sim, 4, "m"), measure, sim, 1, "o")
@@ -126,6 +138,7 @@ def main(argv: List[str]) -> int:
     sim = wave_sim.parser().parse_args(["--vms", str(args.vms), "--events", str(args.events),
                                         "--max-real-seconds", "600"])
     diffs: Dict[str, List[float]] = {}
+    extra_usd: List[float] = []
     for run in range(args.runs):
         many, one = pair(sim)
         m, o = many["figures"], one["figures"]
@@ -135,6 +148,7 @@ def main(argv: List[str]) -> int:
               f"(x{m1k / o1k:.2f}); Storage requests {m['requests']} vs "
               f"{o['requests']}; the phases' sum {sum(many['cpu'].values()):.2f} vs "
               f"{sum(one['cpu'].values()):.2f} s", flush=True)
+        extra_usd.append((priced(m) - priced(o)) / args.events * 1000)
         for phase in sorted(set(many["cpu"]) | set(one["cpu"]),
                             key=lambda p: -(many["cpu"].get(p, 0.0) - one["cpu"].get(p, 0.0))):
             a, b = many["cpu"].get(phase, 0.0), one["cpu"].get(phase, 0.0)
@@ -145,6 +159,8 @@ def main(argv: List[str]) -> int:
           f"{args.runs} (side by side):")
     for phase, values in sorted(diffs.items(), key=lambda kv: -median(kv[1])):
         print(f"  {phase:30s} {median(values):+6.2f} s [{min(values):+.2f} to {max(values):+.2f}]")
+    print(f"  what the 4 instances' extra work costs, priced as bench.fleet_cost prices it: USD "
+          f"{median(extra_usd):.5f} [{min(extra_usd):.5f}-{max(extra_usd):.5f}] per 1,000 events")
     return 0
 
 
