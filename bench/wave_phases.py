@@ -7,14 +7,23 @@ in-memory stand-in, and charges the thread CPU inside central's calls to the pha
 time, its callees that are phases themselves left out, the stand-in's answering left out (as bench.wave_sim
 leaves it out of central's CPU). The phases are central's functions, wrapped for the play and restored after:
 a wrapper's own cost lands in the caller's phase, alike on both sides. Prints, per phase, the CPU of each
-side, the difference and the calls; with `--runs`, the median [min-max] of each difference. A diagnostic,
-not a goal: `python -m bench` does not run it (IN_BENCH).
+side, the difference and the calls; with `--runs`, the median [min-max] of each difference, and the extra
+work priced. A diagnostic, not a goal: `python -m bench` does not run it (IN_BENCH).
+
+`--experiment group-routing` plays a design that is not built (docs/sizing.md, the ninth stop): each scale
+set (the budget's group) routed to one partition on both sides (bench.wave_sim --route scale-set), and each
+of the 4 instances' catch-ups reading only the changed events of its own partitions (central's
+EventReads._changed_since filtered for the play). It measures what that design could save, nothing more:
+the copies it leaves stale are no safety argument (a decision on another group's stale copies, such as the
+minute timer's, could pass a budget); each play prints whether any event was approved twice and the budget's
+peak.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import sys
 import time
 from collections import Counter
@@ -24,7 +33,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 from bench import side_by_side, table_memory_net, wave_sim
 from bench.table_memory import MemoryStorage
 from bench.table_model import Model
-from bench.wave_report import per_thousand
+from bench.wave_report import per_thousand, ratios
 
 IN_BENCH = False  # bench.__main__: a diagnostic (minutes, and it measures no goal)
 REST = "the rest of the call"  # the call's CPU no phase below took (service dispatch, parsing, metrics...)
@@ -103,11 +112,54 @@ def phases_timed(ledger: Ledger) -> Iterator[Ledger]:
             setattr(owner, name, original)
 
 
-def measure(args: argparse.Namespace, instances: int, tag: str) -> Dict[str, Any]:
+@contextlib.contextmanager
+def own_partitions_only(instances: int) -> Iterator[None]:
+    """For the block: each instance's catch-up reads only the changed events of the partitions it owns in
+    bench.wave_sim (partition p: instance p % instances). An event is placed by the wave's own naming (the
+    first hex digits of its VM's vmId), from the VMs the wave builds in the block; the instances are
+    numbered in the order the wave builds them (instance 0 first)."""
+    from central.store.event_reads import EventReads
+
+    partition_of: Dict[str, int] = {}
+    built = itertools.count()
+    vm_init, build, changed_since = wave_sim.SimVm.__init__, wave_sim.build, EventReads._changed_since
+
+    def placed(vm: Any, index: int, route: str = "vm") -> None:
+        vm_init(vm, index, route)
+        for digits in (8, 13):  # (wave_sim names an event after 8 digits, 13 when two vmIds share 8)
+            partition_of[f"E-{vm.vm_id[:digits]}".upper()] = vm.partition
+
+    def numbered(*args: Any, **kwargs: Any) -> Any:
+        service, transport = build(*args, **kwargs)
+        service.state.experiment_instance = next(built)
+        return service, transport
+
+    def own_changes(self: Any, head: Any) -> Any:
+        found = changed_since(self, head)
+        mine = getattr(self, "experiment_instance", None)
+        if found is None or mine is None:
+            return found
+        return {e for e in found if partition_of[e] % instances == mine}
+
+    wave_sim.SimVm.__init__, wave_sim.build = placed, numbered  # type: ignore[method-assign]
+    EventReads._changed_since = own_changes  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        wave_sim.SimVm.__init__, wave_sim.build = vm_init, build  # type: ignore[method-assign]
+        EventReads._changed_since = changed_since  # type: ignore[method-assign]
+
+
+def measure(args: argparse.Namespace, instances: int, tag: str, experiment: str = "") -> Dict[str, Any]:
     """One play of the wave: its figures (bench.wave_sim's) and central's CPU and calls by phase."""
     run = argparse.Namespace(**{**vars(args), "instances": instances})
     storage = MemoryStorage()
-    with phases_timed(Ledger(lambda: storage.cpu)) as ledger:
+    with contextlib.ExitStack() as stack:
+        if experiment:
+            run.route = "scale-set"
+            if instances > 1:
+                stack.enter_context(own_partitions_only(instances))
+        ledger = stack.enter_context(phases_timed(Ledger(lambda: storage.cpu)))
         figures = wave_sim.simulate(run, table_memory_net.connection_string(), Model(), tag, storage)
     return {"figures": figures, "cpu": dict(ledger.cpu), "calls": dict(ledger.calls)}
 
@@ -124,9 +176,9 @@ def priced(figures: Dict[str, Any]) -> float:
             + figures["requests"] / 10_000 * PRICES["table_10k"].usd)
 
 
-def pair(sim: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def pair(sim: argparse.Namespace, experiment: str = "") -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """4 instances and 1, side by side."""
-    return side_by_side.run(lambda: measure(sim, 4, "m"), measure, sim, 1, "o")
+    return side_by_side.run(lambda: measure(sim, 4, "m", experiment), measure, sim, 1, "o", experiment)
 
 
 def main(argv: List[str]) -> int:
@@ -134,20 +186,26 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--vms", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--experiment", choices=("group-routing",), default="",
+                        help="play a design not built (module docstring)")
     args = parser.parse_args(argv)
     sim = wave_sim.parser().parse_args(["--vms", str(args.vms), "--events", str(args.events),
                                         "--max-real-seconds", "600"])
     diffs: Dict[str, List[float]] = {}
     extra_usd: List[float] = []
     for run in range(args.runs):
-        many, one = pair(sim)
+        many, one = pair(sim, args.experiment)
         m, o = many["figures"], one["figures"]
         m1k, o1k = per_thousand(m, "invocation_cpu_s"), per_thousand(o, "invocation_cpu_s")
-        print(f"run {run + 1}: CPU inside central's calls {m['invocation_cpu_s']:.2f} s (4 instances) vs "
-              f"{o['invocation_cpu_s']:.2f} s (1); per 1,000 envelopes {m1k:.3f} vs {o1k:.3f} s "
-              f"(x{m1k / o1k:.2f}); Storage requests {m['requests']} vs "
-              f"{o['requests']}; the phases' sum {sum(many['cpu'].values()):.2f} vs "
-              f"{sum(one['cpu'].values()):.2f} s", flush=True)
+        cpu_ratio, trips_ratio = ratios(m, o)
+        sums = sum(many["cpu"].values()), sum(one["cpu"].values())
+        print(f"run {run + 1}: per 1,000 envelopes, CPU inside central's calls {m1k:.3f} s (4 instances) "
+              f"vs {o1k:.3f} s (1), x{cpu_ratio:.2f}; Storage round trips x{trips_ratio:.2f} "
+              f"({m['requests']} vs {o['requests']} requests); the phases' sum {sums[0]:.2f} vs "
+              f"{sums[1]:.2f} s of {m['invocation_cpu_s']:.2f} vs {o['invocation_cpu_s']:.2f} s;"
+              f" 4 instances: {m['decided']} decided, {m['approved']} approved, {m['ended']} ended, "
+              f"{m['approved_twice']} approved twice, budget peak {m['budget_peak']}, {m['lost_races']} lost "
+              "races", flush=True)
         extra_usd.append((priced(m) - priced(o)) / args.events * 1000)
         for phase in sorted(set(many["cpu"]) | set(one["cpu"]),
                             key=lambda p: -(many["cpu"].get(p, 0.0) - one["cpu"].get(p, 0.0))):

@@ -64,3 +64,43 @@ def test_the_phase_diagnostic_accounts_for_central_s_cpu_and_puts_the_functions_
         assert play["calls"][REST] == play["figures"]["calls"] - play["calls"]["the timer's pass"]
     assert two["calls"]["event records built"] > 0 and one["calls"].get("event records built", 0) == 0
     assert [owner.__dict__[name] for owner, name, _ in _phases()] == before
+
+
+def test_routing_by_scale_set_puts_a_scale_set_on_one_partition() -> None:
+    from bench.wave_sim import SCALE_SET_SIZE, SimVm
+
+    by_vm = {SimVm(i).partition for i in range(SCALE_SET_SIZE)}
+    by_set = {SimVm(i, "scale-set").partition for i in range(SCALE_SET_SIZE)}
+    assert len(by_vm) > 1 and len(by_set) == 1
+
+
+def test_the_group_routing_experiment_follows_fewer_changes_and_plays_the_wave(monkeypatch) -> None:
+    """bench.wave_phases --experiment group-routing: with scale sets routed to one partition each, the
+    catch-ups follow only their own partitions' changes (fewer events than the same routing without the
+    filter), the wave is still played to the end within its budgets, and central's catch-up is central's
+    again after."""
+    from bench.wave_phases import measure
+    from central.store.event_reads import EventReads
+
+    followed = {"events": 0}
+    install = EventReads._install_active
+
+    def counted(self, event_ids, found):  # type: ignore[no-untyped-def]
+        event_ids = list(event_ids)
+        followed["events"] += len(event_ids)
+        return install(self, event_ids, found)
+
+    monkeypatch.setattr(EventReads, "_install_active", counted)
+    before = EventReads.__dict__["_changed_since"]
+    wave = argparse.Namespace(**{**vars(small("direct")), "vms": 3000})  # 6 scale sets: on both instances
+    measure(argparse.Namespace(**{**vars(wave), "route": "scale-set"}), 2, "r0")
+    plain, followed["events"] = followed["events"], 0
+    tried = measure(wave, 2, "r1", experiment="group-routing")
+    assert followed["events"] < plain
+    r = tried["figures"]
+    assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40
+    assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5
+    assert EventReads.__dict__["_changed_since"] is before
+    from bench.wave_sim import SimVm
+
+    assert SimVm.__dict__["__init__"].__qualname__ == "SimVm.__init__"
