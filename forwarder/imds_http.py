@@ -94,7 +94,7 @@ class ImdsHttp:
         conn.request(method, target, body=body, headers=headers)
         response = conn.getresponse()
         declared = response.getheader("Content-Length", "")
-        if declared.isdigit() and int(declared) > max_body:
+        if declared.isascii() and declared.isdigit() and int(declared) > max_body:
             raise BodyTooLarge(response.status, f"Content-Length {declared}")
         data = response.read(max_body + 1)
         if len(data) > max_body:

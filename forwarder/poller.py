@@ -108,7 +108,7 @@ def parse(text: str) -> Parsed:
         raw = document.get("DocumentIncarnation")
         if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
             number = raw
-        elif isinstance(raw, str) and raw.isdigit() and len(raw) <= 18:
+        elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:  # ("²".isdigit())
             number = int(raw)
     return Parsed(document, number, errors)
 

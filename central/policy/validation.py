@@ -188,5 +188,5 @@ def document_errors(doc: Any) -> List[Finding]:
 
 def path_key(finding: Finding) -> List[Any]:
     """Document order: /rules/2 before /rules/10."""
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in finding.path.split("/")]
+    return [(0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p) for p in finding.path.split("/")]
 

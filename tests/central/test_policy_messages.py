@@ -193,3 +193,13 @@ def test_se_fleet_into_a_closed_pipe_is_no_traceback() -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_findings_under_a_key_of_non_ascii_digits_sort_without_a_crash() -> None:
+    """Findings are sorted in document order (/rules/2 before /rules/10); a key such as '²' passes
+    str.isdigit() but not int(): it sorts as a name."""
+    from central.policy.validation import Finding, path_key
+
+    paths = ["/rules/10", "/budgets/²", "/rules/2", "/budgets/1"]
+    found = sorted([Finding(p, "x") for p in paths], key=path_key)
+    assert [f.path for f in found] == ["/budgets/1", "/budgets/²", "/rules/2", "/rules/10"]

@@ -127,6 +127,13 @@ def test_parse_reports_malformed_and_schema_invalid() -> None:
     assert ok.errors == [] and ok.incarnation == 7
 
 
+def test_an_incarnation_of_non_ascii_digits_is_quarantined_not_a_crash() -> None:
+    """'²'.isdigit() is True but int('²') raises: the poll loop must quarantine the document."""
+    for text in ("²", "١٢"):  # a superscript two; Arabic-Indic one, two
+        odd = parse(json.dumps({"DocumentIncarnation": text, "Events": []}))
+        assert odd.incarnation is None and odd.errors
+
+
 def test_scheduled_for_this_vm_only() -> None:
     d = doc(3, event("A"), event("B", status="Started"), event("C", resources=("other",)))
     assert scheduled_for(d, "web_3") == ["A"]
