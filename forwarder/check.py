@@ -262,6 +262,8 @@ def _sink(config: Config, report: Report, credential: Any) -> None:
         return
     if config.sink == "file":
         problem = _writable_dir(config.sink_path.parent)
+        if not problem and config.sink_path.is_dir():  # (run would retry its sends forever)
+            problem = "is a directory: name a file in it"
         if problem:
             report.add("sink", FAIL, f"file {config.sink_path}: {problem}")
         else:

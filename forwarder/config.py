@@ -8,6 +8,7 @@ docs/forwarder.md) all come from it. Checks that involve several settings live i
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +21,15 @@ class ConfigError(ValueError):
 
 def _positive_float(text: Any) -> float:
     value = float(text)
-    if value <= 0:
-        raise ValueError("must be > 0")
+    if not (math.isfinite(value) and value > 0):  # float() reads "nan" and "inf": a busy loop, an overflow
+        raise ValueError("must be a number > 0")
     return value
 
 
 def _non_negative_float(text: Any) -> float:
     value = float(text)
-    if not value >= 0:
-        raise ValueError("must be >= 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("must be a number >= 0")
     return value
 
 

@@ -20,6 +20,7 @@ EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")  # the sc
 # IMDS allows 5 requests per second per VM, token calls included. Polling at most 4 times a second
 # leaves at least one request a second for the token, compute, attested-document and approval calls.
 MIN_POLL_INTERVAL = 0.25
+MAX_VISIBILITY = 7 * 24 * 3600  # Azure Queue storage's longest visibility timeout (Get Messages)
 POST_MARGIN = 30  # seconds a message's invisibility must outlast its hook: the live check and the POST
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
@@ -120,6 +121,10 @@ def _approvals(config: Any) -> List[str]:
                                "https://<account>.queue.core.windows.net")
         if problem:
             found.append(problem)
+    if (uri or conn) and config.approval_visibility_timeout > MAX_VISIBILITY:
+        found.append(f"approval_visibility_timeout {config.approval_visibility_timeout} s is longer than "
+                     f"Azure Queue storage allows ({MAX_VISIBILITY} s, 7 days): every queue read would be "
+                     "refused")
     if (uri or conn) and config.approval_visibility_timeout <= config.hook_timeout + POST_MARGIN:
         found.append(f"approval_visibility_timeout {config.approval_visibility_timeout} s must exceed "
                      f"hook_timeout ({config.hook_timeout:g} s) + {POST_MARGIN} s, or a message reappears "

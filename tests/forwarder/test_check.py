@@ -72,6 +72,17 @@ def test_all_ok_with_a_file_sink(imds: processes.Server, tmp_path: Path,
     assert not (tmp_path / "state").exists(), "check creates nothing"
 
 
+def test_a_file_sink_that_names_a_directory_fails(imds: processes.Server, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` would retry its sends into a directory forever: `check` says so."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    report = run_check(tmp_path, capsys, {"imds_url": imds_url(imds), "sink_file": str(folder)})
+    (sink,) = lines(report, "sink")
+    assert sink["status"] == "fail" and "is a directory" in sink["detail"]
+    assert report["exitCode"] == exitcodes.CHECK_FAILED
+
+
 def test_state_dir_that_cannot_be_written_fails_with_6(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         imds: processes.Server) -> None:
     blocker = tmp_path / "file"
