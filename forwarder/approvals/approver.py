@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable, Dict, Optional
 
 from .. import hooks
@@ -48,7 +49,8 @@ class Approver:
     _locks_guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def decide(self, event_id: str, action: str, decided_by: str, message_id: Optional[str] = None,
-               reason: str = "", require_hook: Optional[bool] = None) -> ApprovalResult:
+               reason: str = "", require_hook: Optional[bool] = None,
+               expires_at: Optional[datetime] = None) -> ApprovalResult:
         """See `_decide`. Serialised per EventId, so a second decision sees the first one's ledger entry."""
         with self._locks_guard:
             lock = self._event_locks.setdefault(event_id, threading.Lock())
@@ -56,7 +58,7 @@ class Approver:
                 for key in [k for k, v in self._event_locks.items() if k != event_id and not v.locked()]:
                     del self._event_locks[key]
         with lock:
-            return self._decide(event_id, action, decided_by, message_id, reason, require_hook)
+            return self._decide(event_id, action, decided_by, message_id, reason, require_hook, expires_at)
 
     def _decide(
         self,
@@ -66,10 +68,14 @@ class Approver:
         message_id: Optional[str] = None,
         reason: str = "",
         require_hook: Optional[bool] = None,
+        expires_at: Optional[datetime] = None,
     ) -> ApprovalResult:
         """Returns the result to publish. Raises ImdsError only when IMDS could not be read before any
         POST (the caller retries later: nothing was decided). `require_hook`: hook-then-approve with no
-        pre-approve hook installed fails (default: the approver's `require_hook`)."""
+        pre-approve hook installed fails (default: the approver's `require_hook`). `expires_at`: the
+        message's expiry, checked again just before the POST: a hook may outlast it, and by then central
+        has given up on this attempt (it fails over to another VM or to ARM), so a late POST would be a
+        second approval."""
         if require_hook is None:
             require_hook = self.require_hook
         base = {"event_id": event_id, "message_id": message_id, "decided_by": decided_by}
@@ -109,6 +115,12 @@ class Approver:
                     )
                 # The hook may have taken minutes: the event may have started or vanished meanwhile.
                 event = gate.live_event(self.imds, event_id, self.vm_name)
+            now = datetime.now(timezone.utc)
+            if expires_at is not None and now >= expires_at:
+                why = (f"stale: the message expired at {expires_at.isoformat()}, before the POST (now "
+                       f"{now.isoformat()}); not approved")
+                log.warning("event %s (message %s): %s", event_id, message_id, why)
+                return ApprovalResult(**base, outcome=REJECTED, reason=why, hook=hook_summary)
             return self._post(event_id, decided_by, message_id, hook_summary, note)
         except Rejected as exc:
             log.warning(

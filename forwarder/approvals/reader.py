@@ -227,6 +227,7 @@ class ApprovalReader:
             approval.decided_by,
             message_id=approval.message_id,
             reason=approval.reason,
+            expires_at=approval.expires_at,
         )
 
     def _rejected(self, item: Any, reason: str) -> ApprovalResult:

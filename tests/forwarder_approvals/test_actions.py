@@ -58,6 +58,20 @@ def test_hook_then_approve_timeout_killed_no_post(rig: Rig) -> None:
     assert rig.results()[0]["data"]["hook"]["hooks"][0]["timedOut"] is True
 
 
+def test_a_message_that_expires_while_its_hook_runs_is_not_posted(rig: Rig) -> None:
+    """Central gives up on an attempt at its expiry (it fails over to another VM or to ARM): a hook that
+    outlasts the message must not be followed by a POST, which would be a second approval."""
+    write_hook(rig.hook_dir, "pre-approve", "10-drain", "sleep 1.5")  # (the rig's hook timeout is 2 s)
+    event_id = _event(rig)
+    rig.send(approval(event_id, action="hook-then-approve", expires_in=1.0))
+    rig.poll()
+    assert rig.posts() == []
+    ((outcome, reason),) = rig.outcomes()
+    assert outcome == "rejected" and reason.startswith("stale: the message expired")
+    assert rig.results()[0]["data"]["hook"]["hooks"][0]["exitCode"] == 0
+    assert rig.sim.event(event_id)["state"] == "Scheduled"
+
+
 def test_hook_then_approve_without_any_hook_approves_and_says_so(rig: Rig) -> None:
     """A fresh install has no pre-approve hook: the default policy's hook-then-approve approves plainly;
     the result's reason (an existing field, no schema change) says no hook was installed."""
