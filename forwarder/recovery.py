@@ -2,8 +2,10 @@
 post-event hooks and report (approval-result envelope, outcome `completed` or `post-hook-failed`).
 
 The events being watched are kept in the state dir, so an event that ends while the forwarder is
-down is still noticed on the first document after it starts again. Post-event hooks run at least
-once: a crash between the hook and the report runs them again on restart (keep them idempotent).
+down is still noticed on the first document after it starts again. An event that has gone stays in the
+file, marked as ending, until its result is in the outbox: post-event hooks run at least once, and a crash
+or restart between the hook and the report runs them again on the first document after it (keep them
+idempotent).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Set
 
 from . import hooks
 from .approvals.gate import events_of, involves
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "recovery-watched.json"
 DECIDED_BY = "local:recovery"
+ENDING = "seForwarderEnding"  # set on a saved event that has gone and whose result is not yet published
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Recovery:
     _watched: Dict[str, Dict[str, Any]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _threads: List[threading.Thread] = field(default_factory=list, repr=False)
+    _running: Set[str] = field(default_factory=set, repr=False)  # events whose hooks and report are under way
 
     def __post_init__(self) -> None:
         self.path = Path(self.state_dir) / FILE_NAME
@@ -59,14 +63,18 @@ class Recovery:
         }
         listed = {str(e.get("EventId")) for e in events_of(document)}
         with self._lock:
-            gone = [(eid, ev) for eid, ev in self._watched.items() if eid not in listed]
-            changed = gone or any(self._watched.get(eid) != ev for eid, ev in current.items())
-            for eid, _ in gone:
-                del self._watched[eid]
+            gone = [eid for eid, ev in self._watched.items() if eid not in listed and not ev.get(ENDING)]
+            changed = bool(gone) or any(self._watched.get(eid) != ev for eid, ev in current.items())
+            for eid in gone:  # kept, marked, until the result is published (_finish)
+                self._watched[eid] = {**self._watched[eid], ENDING: True}
             self._watched.update(current)
             if changed:
                 self._save()
-        for event_id, event in gone:
+            # the gone ones, and any a crash or restart left ending (their hooks run again)
+            due = [(eid, {k: v for k, v in ev.items() if k != ENDING}) for eid, ev in self._watched.items()
+                   if ev.get(ENDING) and eid not in self._running]
+            self._running.update(eid for eid, _ in due)
+        for event_id, event in due:
             thread = threading.Thread(
                 target=self._finish, args=(event_id, event), daemon=True, name=f"recovery-{event_id[:8]}"
             )
@@ -74,8 +82,9 @@ class Recovery:
             thread.start()
 
     def watched(self) -> List[str]:
+        """The events being watched (not those gone whose report is still due)."""
         with self._lock:
-            return sorted(self._watched)
+            return sorted(eid for eid, ev in self._watched.items() if not ev.get(ENDING))
 
     def _finish(self, event_id: str, event: Dict[str, Any]) -> None:
         # The last status seen tells done from cancelled (an event that started and ended between two
@@ -101,7 +110,15 @@ class Recovery:
         try:
             self.publish(result)
         except Exception as exc:  # noqa: BLE001 - keep the worker alive; the hook already ran
-            log.error("recovery: result for event %s not published: %s", event_id, exc)
+            # kept ending in the file and left running: the next start runs the hooks and reports again
+            log.error("recovery: result for event %s not published (reported after a restart): %s",
+                      event_id, exc)
+            return
+        with self._lock:
+            if self._watched.get(event_id, {}).get(ENDING):  # (not listed again meanwhile)
+                del self._watched[event_id]
+                self._save()
+            self._running.discard(event_id)
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

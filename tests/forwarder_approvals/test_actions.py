@@ -212,6 +212,39 @@ def test_recovery_survives_restart(rig: Rig, tmp_path: Path) -> None:
     assert [(r.event_id, r.outcome) for r in published] == [(event_id, "completed")]
 
 
+def test_a_post_event_report_lost_to_a_crash_runs_the_hooks_again_on_restart(rig: Rig) -> None:
+    """At least once: an event that has gone stays in the state file until its result is published, so a
+    forwarder that stopped between the hook and the report runs the hooks again and reports after it
+    starts. (Before, the event left the file before its hooks ran: the report was lost.)"""
+    from forwarder.recovery import FILE_NAME, Recovery
+
+    out = rig.hook_dir / "post"
+    write_hook(rig.hook_dir, "post-event", "10-undrain", f'echo "$SE_EVENT_ID $SE_EVENT_END" >> {out}')
+    event_id = _event(rig)
+    rig.observe()
+    rig.sim.cancel(event_id)
+    gone = rig.document()
+
+    def crash(_result: object) -> None:
+        raise OSError("the process stopped before the report")  # what a SIGKILL there would leave
+
+    first = Recovery(str(rig.state_dir), VM0["vmId"], "vm0", crash, rig.service.recovery.hook_settings)
+    first.observe(gone)
+    first.join()
+    assert out.read_text().split() == [event_id, "cancelled"]
+    assert event_id in json.loads((rig.state_dir / FILE_NAME).read_text())  # still owed
+    published: list = []
+    again = Recovery(str(rig.state_dir), VM0["vmId"], "vm0", published.append, first.hook_settings)
+    again.observe(gone)
+    again.join()
+    assert [(r.event_id, r.outcome) for r in published] == [(event_id, "completed")]
+    assert out.read_text().split() == [event_id, "cancelled"] * 2  # the hook ran again
+    assert event_id not in json.loads((rig.state_dir / FILE_NAME).read_text())
+    again.observe(gone)  # reported: not again
+    again.join()
+    assert len(published) == 1
+
+
 def _cli(sim: ImdsSimulator, rig: Rig, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "forwarder", "approve", *args,
                            "--imds-url", sim.vm_url("vm0"), "--state-dir", str(rig.state_dir),
