@@ -302,6 +302,7 @@ var webhookSecretName = 'alert-webhook-url'
 var deploymentContainerName = 'app-package-${take(resourceToken, 10)}'
 var artifactsContainerName = 'forwarder-artifacts'
 var captureContainerName = 'eventhub-capture'
+var captureAccountName = 'stsec${resourceToken}' // (sealed-storage.bicep, only when Capture is on)
 var functionAppName = 'func-se-${resourceToken}'
 // Only whether a webhook URL was given leaves this file, never the (secure) URL itself.
 var hasWebhookSecret = !empty(alertWebhookUrl)
@@ -344,14 +345,12 @@ module storage 'app/storage.bicep' = {
     tags: allTags
     storageAccountName: 'stse${resourceToken}'
     deploymentContainerName: deploymentContainerName
-    captureContainerName: captureContainerName
-    captureEnabled: captureEnabled
     publicNetworkAccess: storagePublicNetworkAccess
     skuName: storageSku
   }
 }
 
-module artifacts 'app/artifacts.bicep' = {
+module artifacts 'app/sealed-storage.bicep' = {
   name: 'artifacts'
   scope: rg
   params: {
@@ -364,13 +363,31 @@ module artifacts 'app/artifacts.bicep' = {
   }
 }
 
+// Capture's archive in an account of its own: the Function app's Blob Data Owner on the pipeline's account
+// would let it delete or rewrite the record.
+module captureStorage 'app/sealed-storage.bicep' = if (captureEnabled) {
+  name: 'capture-storage'
+  scope: rg
+  params: {
+    location: location
+    tags: allTags
+    storageAccountName: captureAccountName
+    containerName: captureContainerName
+    publicNetworkAccess: storagePublicNetworkAccess
+    skuName: storageSku
+  }
+}
+
 // Capture's role on its container first: the hub's module reads this module's output, so ARM deploys it
 // after the role assignment exists (no resource is used by an identity before its role is assigned).
 module captureAccess 'app/capture-access.bicep' = {
   name: 'capture-access'
   scope: rg
+  dependsOn: [
+    captureStorage
+  ]
   params: {
-    storageAccountName: storage.outputs.accountName
+    storageAccountName: captureAccountName
     captureContainerName: captureContainerName
     captureEnabled: captureEnabled
     capturePrincipalId: identities.outputs.captureIdentityPrincipalId
@@ -393,7 +410,7 @@ module eventHubs 'app/eventhubs.bicep' = {
     functionsConsumerGroupName: functionsConsumerGroupName
     analyticsConsumerGroupName: analyticsConsumerGroupName
     captureEnabled: captureEnabled
-    captureStorageAccountId: storage.outputs.accountId
+    captureStorageAccountId: resourceId(subscription().subscriptionId, rg.name, 'Microsoft.Storage/storageAccounts', captureAccountName)
     captureContainerName: captureContainerName
     captureIntervalInSeconds: captureIntervalInSeconds
     captureIdentityId: identities.outputs.captureIdentityId
@@ -434,6 +451,7 @@ module roles 'app/roles.bicep' = {
     vmPrincipalId: identities.outputs.vmIdentityPrincipalId
     operatorPrincipalIds: operatorPrincipalIds
     analystPrincipalIds: analystPrincipalIds
+    captureAccountName: captureAccountName
     captureContainerName: captureContainerName
     captureEnabled: captureEnabled
   }
@@ -558,6 +576,7 @@ output QUEUE_SERVICE_URI string = storage.outputs.queueEndpoint
 output TABLE_SERVICE_URI string = storage.outputs.tableEndpoint
 output FORWARDER_ARTIFACTS_URL string = artifacts.outputs.containerUrl
 output ARTIFACTS_STORAGE_ACCOUNT_NAME string = artifacts.outputs.accountName
+output CAPTURE_STORAGE_ACCOUNT_NAME string = captureEnabled ? captureAccountName : ''
 output VM_IDENTITY_ID string = identities.outputs.vmIdentityId
 output VM_IDENTITY_CLIENT_ID string = identities.outputs.vmIdentityClientId
 // install-on-vms.sh --platform-feed / --agentless: central's identity gets Scheduled Events Contributor on

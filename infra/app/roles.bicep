@@ -3,7 +3,7 @@
 @description('Storage account name.')
 param storageAccountName string
 
-@description('Storage account of the forwarder artifacts (artifacts.bicep).')
+@description('Storage account of the forwarder artifacts (sealed-storage.bicep).')
 param artifactsAccountName string
 
 @description('Blob container of the forwarder artifacts (VMs read it while installing).')
@@ -42,7 +42,10 @@ param operatorPrincipalIds array
 @description('Object ids of analysts (users or groups): read the Capture files, and receive from the hub.')
 param analystPrincipalIds array
 
-@description('Blob container Event Hubs Capture writes to (main storage account).')
+@description('Storage account of the Capture archive (sealed-storage.bicep; exists when Capture is on).')
+param captureAccountName string
+
+@description('Blob container Event Hubs Capture writes to (in that account).')
 param captureContainerName string
 
 @description('Capture is on (the container exists): analysts get their read role on it.')
@@ -64,13 +67,17 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
-  parent: account
+resource captureAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: captureAccountName
+}
+
+resource captureBlobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+  parent: captureAccount
   name: 'default'
 }
 
 resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
-  parent: blobService
+  parent: captureBlobService
   name: captureContainerName
 }
 

@@ -1,6 +1,7 @@
 // One storage account: the Functions host (blobs: leases, Event Hubs checkpoints), the Flex deployment
-// package, the approval queues (one per VM, created by the central package), the log store (tables)
-// and, optionally, Event Hubs Capture. (The forwarder artifacts live in their own account: artifacts.bicep.)
+// package, the approval queues (one per VM, created by the central package) and the log store (tables).
+// The forwarder artifacts and Capture's archive live in accounts of their own (sealed-storage.bicep): the
+// Function app's Blob Data Owner here reaches every container of this account.
 // Shared key access is off: every caller authenticates with Entra ID (managed identity).
 @description('Azure region.')
 param location string
@@ -15,12 +16,6 @@ param storageAccountName string
 
 @description('Blob container for the Flex Consumption deployment package.')
 param deploymentContainerName string
-
-@description('Blob container Event Hubs Capture writes to (created only when capture is on).')
-param captureContainerName string
-
-@description('Create the Capture container.')
-param captureEnabled bool
 
 @description('Enabled or Disabled: public network access to the account.')
 @allowed([
@@ -99,14 +94,6 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
 resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
   parent: blobService
   name: deploymentContainerName
-  properties: {
-    publicAccess: 'None'
-  }
-}
-
-resource captureContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = if (captureEnabled) {
-  parent: blobService
-  name: captureContainerName
   properties: {
     publicAccess: 'None'
   }

@@ -24,7 +24,8 @@ def test_the_named_orderings_hold() -> None:
     graph = module_graph(parse(MAIN))
     assert depends_on(graph, "eventHubs", "captureAccess")   # Capture: role, then the hub that uses it
     assert depends_on(graph, "functionApp", "roles")         # Key Vault reference, storage, Event Hubs
-    assert depends_on(graph, "captureAccess", "storage")     # the container exists before its role
+    assert depends_on(graph, "captureAccess", "captureStorage")  # the container exists before its role
+    assert depends_on(graph, "roles", "storage")
     assert not depends_on(graph, "captureAccess", "eventHubs")
 
 
