@@ -1,11 +1,12 @@
 """`python -m examples.analysis`: read Capture files, write summary.md and summary.png.
 
-    # Azurite / the sandbox (make demo with SE_DEMO_CAPTURE=1 prints this command)
+    # Azurite / the sandbox
     python -m examples.analysis --connection-string "$AZURITE" --container eventhub-capture --out out/
     # Azure: Entra ID (az login or a managed identity) with Storage Blob Data Reader on the container
     python -m examples.analysis --account-url https://<account>.blob.core.windows.net \
         --container eventhub-capture --out out/
-    # files already downloaded
+    # files already downloaded (`make demo DEMO_ARGS=--capture` copies them to .demo/capture, runs
+    # this form on them and prints the command)
     python -m examples.analysis --dir ./capture --out out/
     # also export the envelopes for `se-policy whatif --from envelopes.jsonl`
     python -m examples.analysis --dir ./capture --out out/ --export envelopes.jsonl
