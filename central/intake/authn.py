@@ -122,7 +122,9 @@ def _verify(body: bytes, props: Dict[str, str], trust: TrustConfig, now: dt.date
     if key.kid != kid:
         raise Fail("nonce", "the key id is not the nonce the attested document carries")
     _check_time(key, trust, now)
-    if key.vm_id.lower() != str(claimed_vm_id).lower():
+    # exact: every row, name binding and sender check keys on the vmId as written, so a case variant of a
+    # VM's own id would be a second identity that the same attested key could speak for
+    if key.vm_id != str(claimed_vm_id):
         raise Fail("vmid", f"the attested document is for vmId {key.vm_id}, the envelope claims "
                     f"{str(claimed_vm_id)[:64]}")
     try:

@@ -120,6 +120,16 @@ def test_another_vms_attested_key_cannot_speak_for_the_victim(fleet: Dict[str, A
     rejected(check(fleet, body, signed_by(fleet, "vm1", body), vm0), "vmid")
 
 
+def test_a_vms_own_key_cannot_speak_for_a_case_variant_of_its_vmid(fleet: Dict[str, Any]) -> None:
+    """Central keys VM rows, name bindings and sender checks on the vmId as written: an upper-case variant
+    of a VM's own id would be a second identity (bound to another VM's name) that its genuine key signs."""
+    vm0 = fleet["ids"]["vm0"]
+    for variant in (vm0.upper(), vm0[:8].upper() + vm0[8:]):
+        assert variant != vm0
+        body = body_for(variant)
+        rejected(check(fleet, body, signed_by(fleet, "vm0", body), variant), "vmid")
+
+
 def test_a_copied_document_with_the_attackers_key_fails_the_nonce(fleet: Dict[str, Any]) -> None:
     vm0 = fleet["ids"]["vm0"]
     body = body_for(vm0, "forged")
