@@ -60,7 +60,7 @@ def text_problem(raw_text: str, obj: Any) -> str:
     return ""
 
 
-def _int_problem(value: Any, what: str) -> str:
+def int_problem(value: Any, what: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
         return f"{what} {value} does not fit a 64-bit integer"
     return ""
@@ -78,10 +78,10 @@ def envelope_problems(kind: str, data: Dict[str, Any]) -> List[Dict[str, str]]:
     add("/data/vm/vmId", key_problem(vm.get("vmId"), "vmId"))
     if isinstance(vm.get("name"), str) and len(vm["name"]) > MAX_NAME_CHARS:
         add("/data/vm/name", f"VM name longer than {MAX_NAME_CHARS} characters")
-    add("/data/incarnation", _int_problem(data.get("incarnation"), "incarnation"))
+    add("/data/incarnation", int_problem(data.get("incarnation"), "incarnation"))
     outbox = data.get("outbox") or {}
     for field in ("dropped", "backlog"):
-        add(f"/data/outbox/{field}", _int_problem(outbox.get(field), f"outbox.{field}"))
+        add(f"/data/outbox/{field}", int_problem(outbox.get(field), f"outbox.{field}"))
     if data.get("observedAt") and parse(data["observedAt"]) is None:
         add("/data/observedAt", "date-time outside what Table storage holds (1601..9999 UTC)")
     if kind.endswith("approvalresult.v1"):
@@ -100,7 +100,7 @@ def envelope_problems(kind: str, data: Dict[str, Any]) -> List[Dict[str, str]]:
         if event.get("EventId") in seen:
             add(f"{path}/EventId", "the same EventId twice in one document")
         seen.add(event.get("EventId"))
-        add(f"{path}/DurationInSeconds", _int_problem(event.get("DurationInSeconds"), "DurationInSeconds"))
+        add(f"{path}/DurationInSeconds", int_problem(event.get("DurationInSeconds"), "DurationInSeconds"))
         if event.get("NotBefore") and parse(event["NotBefore"]) is None:
             add(
                 f"{path}/NotBefore",

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from central.intake.bounds import int_problem, key_problem
 from central.model.envelope import BadEnvelope
 from central.model.owner import Owner, owner_of
 from central.model.times import parse
@@ -86,6 +87,8 @@ def parse_body(body: Union[bytes, str]) -> List[Parsed]:
         doc = json.loads(text)
     except ValueError as exc:
         return [bad(text, f"not JSON: {exc}")]
+    except RecursionError:  # (json.loads's own limit on nesting; a real event nests 4 levels)
+        return [bad(text[:MAX_BODY // 4], "nested too deeply to read")]
     items = doc if isinstance(doc, list) else [doc]
     if len(items) > MAX_EVENTS_PER_BODY:
         return [bad(text, f"{len(items)} events in one message (at most {MAX_EVENTS_PER_BODY})")]
@@ -112,6 +115,8 @@ def parse_event(item: Any) -> Parsed:
     event_id = p.get("eventid")
     if not isinstance(event_id, str) or not 1 <= len(event_id) <= 128:
         problems.append("EventId missing or not a string of 1-128 characters")
+    elif key_problem(event_id, "EventId"):  # (it becomes part of a State row's key)
+        problems.append(key_problem(event_id, "EventId"))
     said = p.get("eventstatus")
     status = STATUSES.get(str(said).lower()) if isinstance(said, str) else None
     if status is None:
@@ -136,6 +141,8 @@ def parse_event(item: Any) -> Parsed:
     duration = p.get("durationinseconds", -1)
     if not isinstance(duration, int) or isinstance(duration, bool):
         duration = -1
+    elif int_problem(duration, "DurationInSeconds"):  # (stored as a 64-bit integer)
+        problems.append(int_problem(duration, "DurationInSeconds"))
     if problems:
         return bad(text, "; ".join(problems), grid_id)
     owner_id = _get(info, "id")

@@ -7,6 +7,7 @@ never raised: only a storage failure raises (the host retries the batch; replays
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from datetime import datetime
@@ -20,6 +21,7 @@ from central.model.times import iso
 from central.policy import witness
 from central.policy.witness import WitnessRules
 from central.store.fleet_state import EVENTS_PER_COMMIT, FleetState
+from central.store.tables import Rejected
 
 from .ingest import Ingest
 from .results import BatchResult
@@ -66,7 +68,23 @@ class PlatformIngest:
                 self.state.prefetch_ended(ids)
             return plan_platform(self.state, segment, now, self.ingest.raised)
 
-        return self.ingest.commit_planned(plan_once, now, result, "platform ingest")
+        try:
+            return self.ingest.commit_planned(plan_once, now, result, "platform ingest")
+        except Rejected as exc:
+            # the store refuses a row: find the event it belongs to, and quarantine that one (a batch the
+            # host retried whole would be refused again, forever: host.json retries without end)
+            if len(segment) > 1:
+                touched: Set[str] = set()
+                for item in segment:
+                    touched |= self._commit([item], now, result)
+                return touched
+            parsed, at = segment[0]
+            if not isinstance(parsed, platform.PlatformEvent):  # a quarantine row the store refuses: no lower
+                raise
+            text = json.dumps(parsed.raw, default=str, ensure_ascii=False)
+            log.error("platform event set aside: the store refuses its rows: %s", exc)
+            quarantined = platform.bad(text, f"the log store refused its rows: {exc}"[:300], parsed.grid_id)
+            return self._commit([(quarantined, at)], now, result)
 
 
 def unconfirmed_alerts(state: FleetState, rules: WitnessRules, now: datetime,

@@ -188,6 +188,21 @@ def test_bad_platform_events_are_quarantined_and_alerted_never_raised(env: Env, 
     assert len(alerts) == 1 and "platform event" in alerts[0]["text"]  # one per window, every one kept
 
 
+def test_platform_events_the_store_cannot_hold_are_quarantined_not_retried(env: Env, hook: Hook) -> None:
+    """An EventId holding a character Table keys forbid, a DurationInSeconds past 64 bits, a body nested past
+    json's limit: each is quarantined, and the good event beside them is applied. Before, the store refused
+    the batch (or json raised), and the host, which retries a batch without end, never moved past it."""
+    svc = env.service()
+    hostile = grid("E#7", ["web-7"])
+    huge = grid("E8", ["web-8"])
+    huge["data"]["resourceInfo"]["properties"]["DurationInSeconds"] = 10 ** 30
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    result = svc.handle_platform_batch([msg(hostile, huge, grid("E9", ["web-9"], "Started")), deep], now=T0)
+    assert result.quarantined == 3 and not result.errors and result.processed == 1
+    assert len(env.rows("Quarantine")) == 3
+    assert [r for r in env.rows("Events") if r["EventId"] == "E9"]
+
+
 # ---- what each witness's word counts for (point 2) -----------------------------------------------------
 
 BUDGET = json.dumps({"version": 1, "budgets": {"per-set": {"groupBy": "scaleSet", "maxImpacted": 2}},
