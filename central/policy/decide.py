@@ -56,6 +56,13 @@ class DecideConfig:
     witness: WitnessRules = field(default_factory=WitnessRules)  # what each witness's word counts for
 
 
+def confirmed(event: EventRecord) -> bool:
+    """An approval of this event was confirmed (by its VM, a manual decision on it, or ARM), whatever came
+    after it: an operator's hold changes the state, not this."""
+    return (event.state == "approved" or event.outcome in DONE_OUTCOMES
+            or any(a.result in DONE_OUTCOMES for a in event.approvals))
+
+
 def unapprovable(event: EventRecord, now: datetime) -> str:
     """Why no approval may be sent for this event ('' when one may)."""
     if event.ended:
@@ -64,6 +71,8 @@ def unapprovable(event: EventRecord, now: datetime) -> str:
         return f"it is {event.status}, not Scheduled"
     if event.not_before is not None and now >= event.not_before:
         return f"its NotBefore ({iso(event.not_before)}) has passed"
+    if confirmed(event):  # (at most once: a second message, or a second ARM acknowledge, would follow)
+        return "it is already approved (an approval of it was confirmed)"
     return ""
 
 

@@ -416,6 +416,23 @@ def test_operator_approve_of_a_held_event_already_approved_lifts_the_hold_on_rec
                for x in hook.alerts())
 
 
+def test_an_operator_cannot_approve_an_event_whose_approval_was_confirmed(env: Env, hook: Hook) -> None:
+    """At most once: after the VM confirmed its approval (still Scheduled: IMDS starts it soon), an operator's
+    approve, even after a hold, is refused with the reason; no second message is sent."""
+    svc = env.service()
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-done", ["vm-a"])]))], now=T0)
+    (msg,) = env.messages(a.vm_id)
+    svc.handle_batch([body(a.result("E-done", "approved", msg["messageId"], at=T0 + timedelta(seconds=3)))],
+                     now=T0 + timedelta(seconds=4))
+    with pytest.raises(InvalidRequest, match="already approved"):
+        svc.decide("E-done", "approve", "alice", "again", now=T0 + timedelta(seconds=5))
+    svc.decide("E-done", "hold", "alice", "wait", now=T0 + timedelta(seconds=6))
+    with pytest.raises(InvalidRequest, match="already approved"):
+        svc.decide("E-done", "approve", "alice", "go", now=T0 + timedelta(seconds=7))
+    assert len(env.messages(a.vm_id)) == 1
+
+
 def test_large_document_is_split_across_columns(env: Env, hook: Hook) -> None:
     svc = env.service()
     a = Vm("vm-a")
