@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
+from urllib.parse import urlsplit
 
 import requests
 
@@ -117,9 +118,20 @@ class WebhookAlerter:
                 if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
                     break  # the endpoint rejects this body; retrying sends the same body
             except requests.RequestException as exc:
-                error = f"{type(exc).__name__}: {exc}"[:300]
+                # not str(exc): requests puts the whole URL in it, and a webhook URL's path and query are
+                # its secret (Teams, Slack); this text goes to the log and the Alerts rows
+                error = f"{type(exc).__name__} posting to {_host(self.url)}"
             if attempt < attempts:
                 self.sleep(self.backoff * (2 ** (attempt - 1)))
         self._degraded = True
         log.error("alert %s failed after %d attempt(s): %s", alert.key, attempts, error)
         return Delivery(False, attempts, error, status)
+
+
+def _host(url: str) -> str:
+    """The URL's scheme and host: what a message may say of a webhook URL."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname or '?'}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # (a port that is no number)
+        return "the webhook"

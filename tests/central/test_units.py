@@ -143,3 +143,24 @@ def test_a_vm_row_binds_its_budget_tags_once_and_keeps_an_empty_binding() -> Non
     legacy = vm_entity(vm)
     del legacy["GroupTags"]
     assert vm_from_entity(legacy).budget_tags == {"avset": "db"}  # bound now, from the stored tags
+
+
+def test_a_failed_webhook_never_writes_its_url_s_secret_path(caplog: pytest.LogCaptureFixture) -> None:
+    """A Teams or Slack webhook URL is a bearer secret in its path and query; requests puts the whole URL
+    in a connection error's text, which went to the log and to the Alerts rows. Now: the host only."""
+    import logging
+    import socket
+
+    from central.runtime.webhook import WebhookAlerter
+
+    with socket.socket() as probe:  # a loopback port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/services/T000/B000/XSECRETX?sig=YSIGY"
+    alerter = WebhookAlerter(url=url, fmt="generic", max_attempts=1, backoff=0.0, timeout=2.0)
+    alert = Alert("k", "quarantined", "warning", "t", "x", T0, "", "")
+    with caplog.at_level(logging.ERROR):
+        delivery = alerter.send(alert)
+    assert not delivery.sent and f"127.0.0.1:{port}" in delivery.error
+    for text in (delivery.error, caplog.text):
+        assert "XSECRETX" not in text and "YSIGY" not in text and "/services/" not in text
