@@ -9,6 +9,7 @@ DefaultAzureCredential (developer sign-in). Every name is listed in central/app_
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,12 @@ class CountingTransport(RequestsTransport):
         return super().send(request, **kwargs)
 
 
-def _number(settings: Mapping[str, str], name: str, default: float) -> float:
+LARGEST = 1e9  # seconds (~31 years), counts: past it a timedelta or an int of it overflows somewhere
+
+
+def _number(settings: Mapping[str, str], name: str, default: float, least: float = 0.0) -> float:
+    """A numeric app setting, `least` to LARGEST (float() also reads nan and inf: a traceback later that
+    names no setting)."""
     text = (settings.get(name) or "").strip()
     if not text:
         return default
@@ -52,8 +58,9 @@ def _number(settings: Mapping[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         raise SettingsError(f"app setting {name} must be a number, got {text!r}") from None
-    if value < 0:
-        raise SettingsError(f"app setting {name} must not be negative, got {text!r}")
+    if not math.isfinite(value) or not least <= value <= LARGEST:
+        raise SettingsError(f"app setting {name} must be a number from {least:g} to {LARGEST:g}, "
+                            f"got {text!r}")
     return value
 
 
@@ -96,8 +103,9 @@ class CentralSettings:
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
             webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
             table_prefix=prefix,
-            result_timeout=_number(s, "APPROVAL_RESULT_TIMEOUT_SECONDS", 120.0),
-            liveness=_number(s, "LEADER_LIVENESS_SECONDS", 300.0),
+            # under a second no approval is ever sent; a liveness of 0 makes every VM silent (no leader)
+            result_timeout=_number(s, "APPROVAL_RESULT_TIMEOUT_SECONDS", 120.0, least=1.0),
+            liveness=_number(s, "LEADER_LIVENESS_SECONDS", 300.0, least=1.0),
             alert_attempts=max(1, int(_number(s, "ALERT_MAX_ATTEMPTS", 3))),
             alert_backoff=_number(s, "ALERT_BACKOFF_SECONDS", 0.5),
             alert_timeout=_number(s, "ALERT_TIMEOUT_SECONDS", 5.0),

@@ -105,6 +105,22 @@ def test_bad_table_prefix_is_a_clear_error(prefix: str) -> None:
     assert CentralSettings.from_mapping({"TABLE_PREFIX": "prod1"}).table_prefix == "prod1"
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("ALERT_MAX_ATTEMPTS", "inf"), ("APPROVAL_RESULT_TIMEOUT_SECONDS", "nan"),
+    ("REPORT_GRACE_SECONDS", "inf"),
+    ("APPROVAL_RESULT_TIMEOUT_SECONDS", "0.5"), ("LEADER_LIVENESS_SECONDS", "0"),
+    ("PLATFORM_CONFIRM_GRACE_SECONDS", "1e308"), ("ALERT_TIMEOUT_SECONDS", "-1"),
+])
+def test_a_numeric_setting_that_cannot_work_is_one_line_naming_it(name: str, value: str) -> None:
+    """float() reads nan, inf and 1e308: they gave a bare OverflowError or ValueError later, naming no
+    setting; a result timeout under a second sent no approval ever, a liveness of 0 elected no leader."""
+    from central.runtime.settings import CentralSettings, SettingsError
+
+    with pytest.raises(SettingsError, match=f"app setting {name} must be a number from"):
+        CentralSettings.from_mapping({name: value})
+    assert CentralSettings.from_mapping({name: "30"})  # a sound value of each is taken
+
+
 def test_leader_election_rounds() -> None:
     from datetime import timedelta
 
