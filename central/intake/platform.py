@@ -115,8 +115,8 @@ def parse_event(item: Any) -> Parsed:
     event_id = p.get("eventid")
     if not isinstance(event_id, str) or not 1 <= len(event_id) <= 128:
         problems.append("EventId missing or not a string of 1-128 characters")
-    elif key_problem(event_id, "EventId"):  # (it becomes part of a State row's key)
-        problems.append(key_problem(event_id, "EventId"))
+    elif bad_key := key_problem(event_id, "EventId"):  # (it becomes part of a State row's key)
+        problems.append(bad_key)
     said = p.get("eventstatus")
     status = STATUSES.get(str(said).lower()) if isinstance(said, str) else None
     if status is None:
@@ -141,8 +141,8 @@ def parse_event(item: Any) -> Parsed:
     duration = p.get("durationinseconds", -1)
     if not isinstance(duration, int) or isinstance(duration, bool):
         duration = -1
-    elif int_problem(duration, "DurationInSeconds"):  # (stored as a 64-bit integer)
-        problems.append(int_problem(duration, "DurationInSeconds"))
+    elif too_big := int_problem(duration, "DurationInSeconds"):  # (stored as a 64-bit integer)
+        problems.append(too_big)
     if problems:
         return bad(text, "; ".join(problems), grid_id)
     owner_id = _get(info, "id")

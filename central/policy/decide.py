@@ -57,10 +57,10 @@ class DecideConfig:
 
 
 def confirmed(event: EventRecord) -> bool:
-    """An approval of this event was confirmed (by its VM, a manual decision on it, or ARM), whatever came
-    after it: an operator's hold changes the state, not this."""
-    return (event.state == "approved" or event.outcome in DONE_OUTCOMES
-            or any(a.result in DONE_OUTCOMES for a in event.approvals))
+    """An approval of this event was confirmed, whatever came after it (an operator's hold changes the state,
+    not this): an attempt's result (its VM's, or ARM's), or the outcome a VM reported without a message (a
+    manual or local decision). The same test as central.cli.history's."""
+    return event.outcome in DONE_OUTCOMES or any(a.result in DONE_OUTCOMES for a in event.approvals)
 
 
 def unapprovable(event: EventRecord, now: datetime) -> str:

@@ -16,7 +16,7 @@ import json
 import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, TypeVar, Union
 
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
@@ -93,6 +93,26 @@ def auth_properties(properties: Optional[Mapping[Any, Any]]) -> dict:
     return out
 
 
+S = TypeVar("S")
+
+
+def one_at_a_time_if_refused(segment: List[S], commit: Callable[[], Set[str]],
+                             commit_part: Callable[[List[S]], Set[str]],
+                             set_aside: Callable[[S, str], Set[str]]) -> Set[str]:
+    """`commit()` the segment; when the store refuses a row (Rejected), commit its items one at a time
+    (`commit_part`) to find the one it refuses, and `set_aside` that one (quarantined, with why): a batch the
+    host retried whole would be refused again, without end (host.json retries forever)."""
+    try:
+        return commit()
+    except Rejected as exc:
+        if len(segment) == 1:
+            return set_aside(segment[0], str(exc))
+        touched: Set[str] = set()
+        for item in segment:
+            touched |= commit_part([item])
+        return touched
+
+
 class Ingest:
     def __init__(self, state: FleetState, logs: TableLog,
                  heartbeat_log_every: float = HEARTBEAT_LOG_EVERY) -> None:
@@ -157,15 +177,10 @@ class Ingest:
             self._prepare(segment, now)
             return self.planner.plan(segment, now)
 
-        try:
-            return self.commit_planned(plan_once, now, result, "ingest")
-        except Rejected as exc:
-            if len(segment) > 1:  # find the envelope the store refuses: one at a time
-                touched: Set[str] = set()
-                for item in segment:
-                    touched |= self._commit_segment([item], now, result)
-                return touched
-            return self._set_aside(segment[0], str(exc), now, result)
+        return one_at_a_time_if_refused(
+            segment, lambda: self.commit_planned(plan_once, now, result, "ingest"),
+            lambda part: self._commit_segment(part, now, result),
+            lambda item, why: self._set_aside(item, why, now, result))
 
     def remember_raised(self, key: str) -> None:
         """An alert key this instance has raised (a cache of recent keys: the store keeps the truth)."""

@@ -23,7 +23,7 @@ from central.policy.witness import WitnessRules
 from central.store.fleet_state import EVENTS_PER_COMMIT, FleetState
 from central.store.tables import Rejected
 
-from .ingest import Ingest
+from .ingest import Ingest, one_at_a_time_if_refused
 from .results import BatchResult
 
 log = logging.getLogger("central.ingest")
@@ -68,23 +68,18 @@ class PlatformIngest:
                 self.state.prefetch_ended(ids)
             return plan_platform(self.state, segment, now, self.ingest.raised)
 
-        try:
-            return self.ingest.commit_planned(plan_once, now, result, "platform ingest")
-        except Rejected as exc:
-            # the store refuses a row: find the event it belongs to, and quarantine that one (a batch the
-            # host retried whole would be refused again, forever: host.json retries without end)
-            if len(segment) > 1:
-                touched: Set[str] = set()
-                for item in segment:
-                    touched |= self._commit([item], now, result)
-                return touched
-            parsed, at = segment[0]
+        def set_aside(item: Tuple[platform.Parsed, datetime], why: str) -> Set[str]:
+            parsed, at = item
             if not isinstance(parsed, platform.PlatformEvent):  # a quarantine row the store refuses: no lower
-                raise
+                raise Rejected(-1, why)
             text = json.dumps(parsed.raw, default=str, ensure_ascii=False)
-            log.error("platform event set aside: the store refuses its rows: %s", exc)
-            quarantined = platform.bad(text, f"the log store refused its rows: {exc}"[:300], parsed.grid_id)
-            return self._commit([(quarantined, at)], now, result)
+            log.error("platform event set aside: the store refuses its rows: %s", why)
+            return self._commit([(platform.bad(text, f"the log store refused its rows: {why}"[:300],
+                                               parsed.grid_id), at)], now, result)
+
+        return one_at_a_time_if_refused(
+            segment, lambda: self.ingest.commit_planned(plan_once, now, result, "platform ingest"),
+            lambda part: self._commit(part, now, result), set_aside)
 
 
 def unconfirmed_alerts(state: FleetState, rules: WitnessRules, now: datetime,

@@ -118,7 +118,9 @@ def test_a_numeric_setting_that_cannot_work_is_one_line_naming_it(name: str, val
 
     with pytest.raises(SettingsError, match=f"app setting {name} must be a number from"):
         CentralSettings.from_mapping({name: value})
-    assert CentralSettings.from_mapping({name: "30"})  # a sound value of each is taken
+    taken = CentralSettings.from_mapping({name: "30"})  # a sound value of each is taken
+    assert 30 in {taken.alert_attempts, taken.result_timeout, taken.report_grace, taken.liveness,
+                  taken.confirm_grace, taken.alert_timeout}
 
 
 def test_leader_election_rounds() -> None:
@@ -180,3 +182,26 @@ def test_a_failed_webhook_never_writes_its_url_s_secret_path(caplog: pytest.LogC
     assert not delivery.sent and f"127.0.0.1:{port}" in delivery.error
     for text in (delivery.error, caplog.text):
         assert "XSECRETX" not in text and "YSIGY" not in text and "/services/" not in text
+
+
+def test_a_refused_segment_is_committed_one_at_a_time_and_only_the_refused_item_set_aside() -> None:
+    """central.runtime.ingest.one_at_a_time_if_refused, which envelope and platform ingest share: the store
+    refuses any commit holding "b"; "a" and "c" are committed alone, "b" is set aside with the store's
+    reason, nothing is tried twice."""
+    from central.runtime.ingest import one_at_a_time_if_refused
+
+    committed: list = []
+    set_aside: list = []
+
+    def attempt(part: list) -> set:
+        if "b" in part:
+            raise store.Rejected(0, "the store refuses b")
+        committed.extend(part)
+        return set(part)
+
+    def run(part: list) -> set:
+        return one_at_a_time_if_refused(part, lambda: attempt(part), run,
+                                        lambda item, why: set_aside.append((item, why)) or set())
+
+    assert run(["a", "b", "c"]) == {"a", "c"}
+    assert committed == ["a", "c"] and set_aside == [("b", "the store refuses b")]
