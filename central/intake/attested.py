@@ -49,6 +49,7 @@ _DIGESTS = {"sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.S
 KIND_OF: Dict[str, str] = {
     "malformed": "malformed",
     "missing": "forgery", "unknown-key": "forgery", "nonce": "forgery", "vmid": "forgery",
+    "subscription": "forgery",
     "signature": "forgery", "forged": "forgery", "domain": "forgery", "downgrade": "forgery",
     "untrusted": "trust",
     "expired": "time", "not-yet-valid": "time",

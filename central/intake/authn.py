@@ -14,7 +14,10 @@ What is checked, in order:
 4. the document is current at `now` (createdOn - skew <= now <= expiresOn + skew, and inside every
    certificate's validity), its nonce is the key's (`schemas.authn.nonce_for`), and the key id is
    that nonce;
-5. its vmId is the envelope's claimed data.vm.vmId;
+5. its vmId is the envelope's claimed data.vm.vmId, and, when it names a subscription (every document since
+   2021 does), that is the subscription the envelope claims (`claimed_subscriptions`: data.vm.subscriptionId
+   and the one in data.vm.resourceId, compared as ARM does, ignoring case): the policy matches on it and
+   the ARM path acknowledges under it, so a VM must not choose it;
 6. the Ed25519 signature covers `SIGNING_PREFIX + body`, the exact bytes received.
 
 Every Rejected has a `reason` code and its `kind` (malformed | forgery | trust | time, see
@@ -31,7 +34,7 @@ import binascii
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, MutableMapping, Optional, Union
+from typing import Any, Dict, Iterable, Mapping, MutableMapping, Optional, Union
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -96,10 +99,13 @@ Result = Union[Authenticated, Rejected]
 
 def verify(body: bytes, properties: Optional[Mapping[Any, Any]], trust: TrustConfig, now: dt.datetime,
            claimed_vm_id: str, known: Optional[VerifiedKey] = None,
-           cache: Optional[MutableMapping[str, Any]] = None) -> Result:
+           cache: Optional[MutableMapping[str, Any]] = None,
+           claimed_subscriptions: Iterable[str] = ()) -> Result:
     """See the module docstring. `now` is central's clock (the event's enqueued time), timezone-aware."""
     try:
-        return _verify(body, _props(properties), trust, now, claimed_vm_id, known, cache)
+        result = _verify(body, _props(properties), trust, now, claimed_vm_id, known, cache)
+        _check_subscription(result.key, claimed_subscriptions)
+        return result
     except Fail as fail:
         return Rejected(fail.reason, fail.detail, issuer=fail.issuer)
 
@@ -133,6 +139,16 @@ def _verify(body: bytes, props: Dict[str, str], trust: TrustConfig, now: dt.date
     except InvalidSignature:
         raise Fail("signature", "the Ed25519 signature does not match the body") from None
     return Authenticated(key.vm_id, key)
+
+
+def _check_subscription(key: VerifiedKey, claimed: Iterable[str]) -> None:
+    attested = key.subscription_id.strip().lower()
+    if not attested:  # documents before 2021 name none: nothing to hold the claim to
+        return
+    for sub in claimed:
+        if sub and sub.strip().lower() != attested:
+            raise Fail("subscription", f"the attested document is for subscription {key.subscription_id}, "
+                        f"the envelope claims {sub[:64]}")
 
 
 def _props(properties: Optional[Mapping[Any, Any]]) -> Dict[str, str]:

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from central.model.envelope import Envelope
+from central.model.owner import owner_of
+from central.policy.matching import resource_id_part
 
 log = logging.getLogger("central.sender")  # stable: docs and queries select on it
 
@@ -98,7 +102,7 @@ class SenderAuth:
         return self.trust is not None
 
     def check(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
-              received: dt.datetime, count: bool = True) -> str:
+              received: dt.datetime, subscriptions: Sequence[str] = (), count: bool = True) -> str:
         """`count` False: a re-verification of a kept envelope (central.runtime.reverify), which must not
         move the accepted/refused figures health shows for live traffic."""
         if self.trust is None:
@@ -108,7 +112,8 @@ class SenderAuth:
         raw = body if isinstance(body, (bytes, bytearray)) else body.encode("utf-8", "surrogatepass")
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.clear()  # a cache only: the next documents are verified in full again
-        result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache)
+        result = authn.verify(bytes(raw), properties, self.trust, received, vm_id, cache=self._cache,
+                              claimed_subscriptions=subscriptions)
         if result.ok:
             self.accepted += 1 if count else 0
             return SIGNED
@@ -144,3 +149,14 @@ def properties_of(metadata: Optional[Mapping[str, Any]], count: int) -> Sequence
     if not isinstance(found, list) or len(found) != count:
         return [None] * count
     return [p if isinstance(p, Mapping) else None for p in found]
+
+
+def claimed_subscriptions(env: Envelope) -> List[str]:
+    """The subscriptions an envelope's VM block claims: its subscriptionId, and the one in its resourceId
+    as the policy (central.policy.matching) and the ARM owner (central.model.owner) each read it."""
+    vm = env.vm
+    rid = vm.get("resourceId") if isinstance(vm.get("resourceId"), str) else ""
+    owner = owner_of(rid)
+    found = [str(vm.get("subscriptionId") or ""), resource_id_part(rid, "subscriptions"),
+             owner.subscription if owner else ""]
+    return [s for s in dict.fromkeys(found) if s]

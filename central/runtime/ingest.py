@@ -16,11 +16,12 @@ import json
 import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Set, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Set, TypeVar, Union
 
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
 from central.intake.plan import HEARTBEAT_LOG_EVERY, UNBOUND, Item, Plan, Planner, bad_from
+from central.intake.sender import claimed_subscriptions
 from central.model.alert import Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.policy.fleet_view import seen_by_others
@@ -43,14 +44,16 @@ RAISED_LIMIT = 10_000
 RIDER_SEEN_WITHIN = timedelta(seconds=60)
 
 # The sender check (central.intake.sender.SenderAuth.check): called with each schema-valid envelope's claimed
-# vmId, its raw body, its Event Hubs application properties and central's receive time before anything
-# is applied; returns "" to accept or the reason to quarantine it.
-Gate = Callable[[str, Union[bytes, str], Optional[Mapping[Any, Any]], datetime], str]
+# vmId, its raw body, its Event Hubs application properties, central's receive time and the subscriptions
+# the envelope claims (`claimed_subscriptions`) before anything is applied; returns "" to accept or the
+# reason to quarantine it.
+Gate = Callable[[str, Union[bytes, str], Optional[Mapping[Any, Any]], datetime, Sequence[str]], str]
 
 
 def accept_all(vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
-               received: datetime) -> str:
+               received: datetime, subscriptions: Sequence[str] = ()) -> str:
     return ""
+
 
 
 def parse(
@@ -66,7 +69,7 @@ def parse(
         ]
         # The sender check runs on an over-limit envelope too: whether its vmId is verified decides
         # what its alert may be keyed by (a forged claim must never key the named VM's alerts).
-        reason = gate(item.vm_id, body, properties, received)
+        reason = gate(item.vm_id, body, properties, received, claimed_subscriptions(item))
         signed = getattr(reason, "signed", None)  # central.intake.sender.Admitted
         if reason:
             problems.append({"path": "/", "message": f"refused by the sender check: {reason}"[:300]})

@@ -138,9 +138,9 @@ class CentralService:
         return self.actor.alerter
 
     def _recheck(self, vm_id: str, body: Union[bytes, str], properties: Optional[Mapping[Any, Any]],
-                 received: datetime) -> str:
+                 received: datetime, subscriptions: Sequence[str] = ()) -> str:
         """The sender gate for a kept envelope's re-verification (not counted as live traffic)."""
-        return self.sender_auth.check(vm_id, body, properties, received, count=False)
+        return self.sender_auth.check(vm_id, body, properties, received, subscriptions, count=False)
 
     # ---- the public operations -------------------------------------------------------------------
     def handle_batch(

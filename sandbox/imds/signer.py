@@ -33,18 +33,23 @@ class Signer:
     def trust_pem(self) -> str:
         return self.pki.trust_pem()
 
-    def _key(self, name: str, vm_id: str) -> Tuple[ed25519.Ed25519PrivateKey, bytes, str]:
-        if vm_id not in self._keys:
+    def _key(self, name: str, vm_id: str, subscription: str) -> Tuple[ed25519.Ed25519PrivateKey, bytes, str]:
+        if (vm_id, subscription) not in self._keys:
             key = ed25519.Ed25519PrivateKey.generate()
             pub = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            doc = self.documents.document(name, Identity(name, vmId=vm_id), wire.nonce_for(pub),
-                                          now=self._created)
-            self._keys[vm_id] = (key, pub, doc["signature"])
-        return self._keys[vm_id]
+            ident = Identity(name, vmId=vm_id, **({"subscriptionId": subscription} if subscription else {}))
+            doc = self.documents.document(name, ident, wire.nonce_for(pub), now=self._created)
+            self._keys[(vm_id, subscription)] = (key, pub, doc["signature"])
+        return self._keys[(vm_id, subscription)]
 
-    def properties(self, name: str, vm_id: str, body: bytes) -> Dict[str, str]:
-        """What the forwarder of VM (`name`, `vm_id`) attaches to `body`: Azure vouches for `vm_id`."""
-        key, pub, attestation = self._key(name, vm_id)
+    def properties(self, name: str, vm_id: str, body: bytes,
+                   subscription: Optional[str] = None) -> Dict[str, str]:
+        """What the forwarder of VM (`name`, `vm_id`) attaches to `body`: Azure vouches for `vm_id` in
+        `subscription` (None: the one the body's data.vm names, as IMDS gives a VM both; the simulator's
+        default when it names none)."""
+        if subscription is None:
+            subscription = _claimed_subscription(body)
+        key, pub, attestation = self._key(name, vm_id, subscription)
         return {
             wire.PROP_VERSION: wire.VERSION,
             wire.PROP_KID: wire.nonce_for(pub),
@@ -55,7 +60,8 @@ class Signer:
 
     def as_claimed(self, bodies: Sequence[Union[bytes, str]]) -> List[Optional[Dict[str, str]]]:
         """Each body signed by the forwarder of the VM it names (data.vm), as that VM's forwarder would
-        sign it; a body that names no VM gets no properties (central refuses or quarantines it)."""
+        sign it (Azure vouches for the subscription its resourceId names, as IMDS gives both); a body that
+        names no VM gets no properties (central refuses or quarantines it)."""
         out: List[Optional[Dict[str, str]]] = []
         for body in bodies:
             raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
@@ -65,6 +71,18 @@ class Signer:
             except (ValueError, KeyError, TypeError):
                 out.append(None)
         return out
+
+
+def _claimed_subscription(body: bytes) -> str:
+    """The subscription a body's data.vm names (subscriptionId, else the one in its resourceId), or ''."""
+    try:
+        vm = json.loads(body)["data"]["vm"]
+        rid = vm.get("resourceId")
+        parts = rid.strip("/").split("/") if isinstance(rid, str) else []
+        in_rid = parts[1] if len(parts) > 1 and parts[0].lower() == "subscriptions" else ""
+        return str(vm.get("subscriptionId") or "") or in_rid
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ""
 
 
 def forwarders_sign(service: Any, signer: Signer) -> Any:

@@ -53,6 +53,7 @@ class Vm:
     vm_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     scale_set: str = ""
     tags: Dict[str, str] = field(default_factory=dict)
+    subscription: str = "0000"  # what its attested document names too (tests.signing signs as claimed)
     incarnation: int = 0
     previous: Optional[int] = None
     events: List[Dict[str, Any]] = field(default_factory=list)
@@ -61,7 +62,8 @@ class Vm:
         vm: Dict[str, Any] = {
             "vmId": self.vm_id,
             "name": self.name,
-            "resourceId": f"/subscriptions/0000/resourceGroups/rg/providers/Microsoft.Compute/vm/{self.name}",
+            "resourceId": (f"/subscriptions/{self.subscription}/resourceGroups/rg/providers/Microsoft.Compute"
+                           f"/vm/{self.name}"),
             "tags": dict(self.tags),
         }
         if self.scale_set:

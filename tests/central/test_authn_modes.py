@@ -12,7 +12,7 @@ from central.cli.se_fleet import render
 from central.runtime.service import CentralService
 from central.runtime.settings import SettingsError
 from tests.central.conftest import Env
-from tests.central.factory import T0, Vm, body
+from tests.central.factory import T0, Vm, body, event
 from tests.signing import SIGNER
 
 
@@ -20,6 +20,21 @@ def test_required_is_the_default_and_refuses_unsigned(env: Env) -> None:
     svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem))
     assert svc.health()["senderAuthentication"]["mode"] == "required"
     assert svc.handle_batch([body(Vm("a").heartbeat(at=T0))], now=T0, properties=[{}]).quarantined == 1
+
+
+def test_an_envelope_claiming_another_subscription_than_its_document_is_refused(env: Env) -> None:
+    """A genuine key of a VM in subscription A, on an envelope whose vm.resourceId names subscription B
+    (what the policy matches and the ARM path acknowledges under): quarantined, nothing of it applied."""
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem))
+    vm = Vm("a", subscription="bbbb")
+    raw = body(vm.incarnation_env([event("E-1", ["a"])]))
+    forged = SIGNER.properties(vm.name, vm.vm_id, raw, subscription="aaaa")
+    result = svc.handle_batch([raw], now=T0, properties=[forged])
+    assert (result.processed, result.quarantined) == (0, 1)
+    assert any("(subscription)" in r["Errors"] for r in env.rows("Quarantine"))
+    assert svc.state.find_event("E-1") == (None, False)
+    genuine = svc.handle_batch([raw], now=T0, properties=SIGNER.as_claimed([raw]))
+    assert (genuine.processed, genuine.quarantined) == (1, 0)
 
 
 def test_preferred_accepts_unsigned_only_from_vms_never_seen_signed(env: Env) -> None:

@@ -54,7 +54,8 @@ class Forwarders:
 
     def __init__(self, server: processes.Server) -> None:
         self.server = server
-        self.vms = {n: Vm(n, vm_id=_admin(server, "GET", f"/vms/{n}")["vmId"]) for n in NAMES}
+        found = {n: _admin(server, "GET", f"/vms/{n}") for n in NAMES}
+        self.vms = {n: Vm(n, vm_id=vm["vmId"], subscription=vm["subscriptionId"]) for n, vm in found.items()}
         self.clients: List[ImdsClient] = []
         self.reboot()
 

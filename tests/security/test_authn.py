@@ -35,9 +35,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
     attestors = {vm: Attestor(ImdsClient(imds_url(server, vm))) for vm in ("vm0", "vm1")}
     for attestor in attestors.values():
         attestor.begin()
-    ids = {vm: admin(server, "GET", f"/vms/{vm}")["vmId"] for vm in attestors}
+    found = {vm: admin(server, "GET", f"/vms/{vm}") for vm in attestors}
+    ids = {vm: doc["vmId"] for vm, doc in found.items()}
     yield {"server": server, "trust": authn.load_trust((trust_dir / "trust.pem").read_text()),
-           "attestors": attestors, "ids": ids}
+           "attestors": attestors, "ids": ids,
+           "subscriptions": {vm: doc["subscriptionId"] for vm, doc in found.items()}}
     for attestor in attestors.values():
         attestor.client.close()
     server.stop()
@@ -128,6 +130,20 @@ def test_a_vms_own_key_cannot_speak_for_a_case_variant_of_its_vmid(fleet: Dict[s
         assert variant != vm0
         body = body_for(variant)
         rejected(check(fleet, body, signed_by(fleet, "vm0", body), variant), "vmid")
+
+
+def test_a_vm_cannot_claim_a_subscription_its_document_does_not_name(fleet: Dict[str, Any]) -> None:
+    """The policy matches on the subscription in vm.resourceId and the ARM path acknowledges under it: a VM
+    that could choose it could match another subscription's rules, or point an ARM acknowledge there."""
+    vm0, own = fleet["ids"]["vm0"], fleet["subscriptions"]["vm0"]
+    other = "11111111-2222-3333-4444-555555555555"
+    assert other != own
+    body = body_for(vm0)
+    props = signed_by(fleet, "vm0", body)
+    rejected(check(fleet, body, props, vm0, claimed_subscriptions=[own, other]), "subscription")
+    rejected(check(fleet, body, props, vm0, claimed_subscriptions=[other]), "subscription")
+    assert check(fleet, body, props, vm0, claimed_subscriptions=[own.upper()]).ok  # ARM ignores case
+    assert check(fleet, body, props, vm0, claimed_subscriptions=[]).ok  # an envelope that names none
 
 
 def test_a_copied_document_with_the_attackers_key_fails_the_nonce(fleet: Dict[str, Any]) -> None:
