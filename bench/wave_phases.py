@@ -118,6 +118,7 @@ def own_partitions_only(instances: int) -> Iterator[None]:
     bench.wave_sim (partition p: instance p % instances). An event is placed by the wave's own naming (the
     first hex digits of its VM's vmId), from the VMs the wave builds in the block; the instances are
     numbered in the order the wave builds them (instance 0 first)."""
+    from central.store import head_log
     from central.store.event_reads import EventReads
 
     partition_of: Dict[str, int] = {}
@@ -139,7 +140,8 @@ def own_partitions_only(instances: int) -> Iterator[None]:
         mine = getattr(self, "experiment_instance", None)
         if found is None or mine is None:
             return found
-        return {e for e in found if partition_of[e] % instances == mine}
+        return head_log.Since({e for e in found.changed if partition_of[e] % instances == mine},
+                              {e for e in found.gone if partition_of[e] % instances == mine})
 
     wave_sim.SimVm.__init__, wave_sim.build = placed, numbered  # type: ignore[method-assign]
     EventReads._changed_since = own_changes  # type: ignore[method-assign]

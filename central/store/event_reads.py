@@ -44,23 +44,23 @@ class EventReads:
         head = head_log.Head(*rows_read[rows.HEAD]) if rows.HEAD in rows_read else None
         return head, rows_read[rows.BOOK][1] if rows.BOOK in rows_read else None
 
-    def _changed_since(self, head: Optional[head_log.Head]) -> Optional[Set[str]]:
-        """The events the head (read now) says changed since the head this cache holds; None when its log
-        does not reach back, or names so many that one read of every active row costs less."""
+    def _changed_since(self, head: Optional[head_log.Head]) -> Optional[head_log.Since]:
+        """What the head (read now) says changed since the head this cache holds; None when its log does not
+        reach back, or names so many events to read that one read of every active row costs less."""
         if head is None:
             return None
         moved = head.seq > self.head_seq or head.etag == self.head_etag  # (the same seq rewritten: read all)
-        changed = (head_log.changed_since(head.log, self.head_seq, head.seq) if self.head_etag and moved
-                   else None)
-        if changed is None or len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):
+        since = (head_log.changed_since(head.log, self.head_seq, head.seq) if self.head_etag and moved
+                 else None)
+        if since is None or len(since.changed) > max(CATCH_UP_MIN, len(self.active) // 4):
             self.catch_ups["all"] += 1
             return None
-        return changed
+        return since
 
     def _vms_changed_since(self, head: head_log.Head) -> Set[str]:
         """The VMs the head (read now) says reported the events changed since the head this cache holds
         (head_log.VMS_COLUMN: a hint; empty when it does not reach back)."""
-        return head_log.changed_since(head.vms, self.head_seq, head.seq) or set()
+        return head_log.ids_since(head.vms, self.head_seq, head.seq) or set()
 
     def _hold_head(self, head: head_log.Head) -> None:
         """The cache now holds every event as of `head` (read with them, or its changed events were read)."""
@@ -70,6 +70,13 @@ class EventReads:
         """`_hold_head` after a catch-up."""
         self._hold_head(head)
         self.catch_ups["changed"] += 1
+
+    def _drop_gone(self, event_ids: Iterable[str]) -> None:
+        """These events' active rows were deleted (they ended): drop them unread. Their ended rows are read
+        when asked for (find_event, prefetch_ended)."""
+        for event_id in event_ids:
+            self.active.pop(event_id, None)
+            self._absent.discard(event_id)
 
     def _read_events(self, event_ids: Iterable[str]) -> None:
         """Re-read these events' active rows into the cache; an event with none has ended (its ended row is

@@ -77,10 +77,12 @@ class FleetState(EventReads, VmReads):
     def _catch_up(self, head: Optional[head_log.Head], also: Iterable[str] = ()) -> bool:
         """Bring the active cache to `head` (read now) by reading only the events its log says changed since
         the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
-        changed = self._changed_since(head)
-        if changed is None or head is None:
+        since = self._changed_since(head)
+        if since is None or head is None:
             return False
-        self._read_events(changed | set(also))
+        also = set(also)
+        self._drop_gone(since.gone - also)
+        self._read_events(since.changed | also)
         self._at_head(head)
         return True
 
@@ -115,11 +117,12 @@ class FleetState(EventReads, VmReads):
         elif events_may_change:
             head, _ = self._read_head()
             if _etag(head) != self.head_etag:
-                found_changed = self._changed_since(head)
-                if found_changed is None or head is None:
+                since = self._changed_since(head)
+                if since is None or head is None:
                     self._reload_active()
                 else:
-                    changed, at = found_changed, head
+                    self._drop_gone(since.gone)
+                    changed, at = since.changed, head
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()
@@ -187,8 +190,8 @@ class FleetState(EventReads, VmReads):
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
             head = rows.head_entity(0, datetime.now(timezone.utc))
-            head_log.write(head, [])
-            head_log.write(head, [], head_log.VMS_COLUMN)
+            head_log.write(head, "")
+            head_log.write(head, "", head_log.VMS_COLUMN)
             etags = self.store.transact(TABLE, [Op("insert", head)])
             self._hold_head(head_log.Head(head, etags[0]))
             return
@@ -241,7 +244,8 @@ class FleetState(EventReads, VmReads):
         elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
-            new_log = head_log.appended(self.head_log, seq, seen)
+            gone = {e for e in seen if not _stays_active(changes.events[e])}  # readers drop them unread
+            new_log = head_log.appended(self.head_log, seq, set(seen) - gone, gone=gone)
             head_log.write(head, new_log)
             open_seen = [changes.events[e] for e in seen if not changes.events[e].ended]
             reporters = {v for rec in open_seen for v in rec.reported_by.values()}
@@ -257,7 +261,7 @@ class FleetState(EventReads, VmReads):
             owners.append(("vm", vm_id))
         for event_id, rec in changes.events.items():
             was_active = event_id in self.active
-            stays_active = not rec.ended or bool(rec.pending_alerts)
+            stays_active = _stays_active(rec)
             if was_active and stays_active:
                 ops.append(Op("replace", rows.event_entity(rec, True), self.active[event_id][1]))
             elif was_active:
@@ -342,6 +346,11 @@ class FleetState(EventReads, VmReads):
 
     def touched_vm_ids(self, changes: Changes) -> Set[str]:
         return set(changes.vms)
+
+
+def _stays_active(rec: EventRecord) -> bool:
+    """Its row is an active one after the commit (an ended event keeps it while alerts are owed)."""
+    return not rec.ended or bool(rec.pending_alerts)
 
 
 def _etag(head: Optional[head_log.Head]) -> Optional[str]:

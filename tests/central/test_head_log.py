@@ -22,27 +22,47 @@ from central.store.tables import Conflict, TableLog
 from sandbox import processes
 
 
+def since(log: object, have: int, now: int) -> object:
+    found = head_log.changed_since(log, have, now)  # type: ignore[arg-type]
+    return None if found is None else (found.changed, found.gone)
+
+
 def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
     log = None
-    for seq, ids in enumerate((["A"], ["B", "C"], ["A", "D"]), start=1):
-        log = head_log.appended(log, seq, ids)
-    assert head_log.changed_since(log, 3, 3) == set()
-    assert head_log.changed_since(log, 2, 3) == {"A", "D"}
-    assert head_log.changed_since(log, 0, 3) == {"A", "B", "C", "D"}
-    assert head_log.changed_since(log, 0, 4) is None  # a commit it does not hold
-    assert head_log.changed_since(None, 0, 1) is None  # a head written before the log
+    for seq, (ids, gone) in enumerate(((["A"], []), (["B", "C"], []), (["D"], ["B"])), start=1):
+        log = head_log.appended(log, seq, ids, gone=gone)
+    assert since(log, 3, 3) == (set(), set())
+    assert since(log, 2, 3) == ({"D"}, {"B"})
+    assert since(log, 0, 3) == ({"A", "C", "D"}, {"B"})  # the newest mark of an id wins
+    assert since(log, 0, 4) is None  # a commit it does not hold
+    assert since(log, 4, 3) is None
+    assert since(None, 0, 1) is None  # a head written before the log (or by the other version)
+    assert since("", 0, 1) is None  # a new head's empty log
     entity: dict = {"Seq": 3}
     head_log.write(entity, log)
     head_log.write(entity, head_log.appended(None, 3, ["v9"], head_log.VMS_CHARS), head_log.VMS_COLUMN)
     head = head_log.Head(entity, "etag")
-    assert (head.seq, head.log, head.vms, head.etag) == (3, log, [[3, "v9"]], "etag")
-    assert head_log.Head({"Seq": 1}, None).log is None  # written before the logs existed
+    assert (head.seq, head.log, head.etag) == (3, log, "etag")
+    assert head_log.ids_since(head.vms, 2, 3) == {"v9"}
+    assert head_log.Head({"Seq": 1, "Changed": '[[1, "A"]]'}, None).log is None  # the JSON log before it
     long = None
     for seq in range(1, 200):
         long = head_log.appended(long, seq, [f"E-{seq:04d}-{'x' * 100}"])
-    assert sum(len(ids) for _, ids in long) <= head_log.LOG_CHARS and long[-1][0] == 199
-    assert head_log.changed_since(long, 1, 199) is None  # the oldest commits were dropped
-    assert head_log.changed_since(long, 198, 199) == {f"E-0199-{'x' * 100}"}
+    assert len(long) <= head_log.LOG_CHARS and long.endswith("x" * 100)
+    assert since(long, 1, 199) is None  # the oldest commits were dropped
+    assert since(long, 198, 199) == ({f"E-0199-{'x' * 100}"}, set())
+    kept = int(long.split("\t", 1)[0])
+    assert since(long, kept - 1, 199) is not None and since(long, kept - 2, 199) is None
+
+
+def test_no_id_can_be_read_as_another() -> None:
+    """Ids are split on tabs, never on spaces (an EventId may hold one: split, it named two events that do
+    not exist, and the real one was never read again); an id no line can carry makes the reader read all."""
+    log = head_log.appended(None, 1, ["A B", "-C"], gone=["+D"])
+    assert since(log, 0, 1) == ({"A B", "-C"}, {"+D"})
+    for bad in ("x\ty", "x\ny", ""):
+        assert since(head_log.appended(log, 2, ["E", bad]), 0, 2) is None
+        assert since(head_log.appended(log, 2, ["E"], gone=[bad]), 0, 2) is None
 
 
 def cache(state: FleetState) -> Dict[str, Tuple[str, dict]]:
@@ -127,6 +147,32 @@ def test_bookkeeping_is_read_by_refresh_not_by_catch_up(log: TableLog) -> None:
     two.catch_up()
     assert two.active["E1"][0].pending_alerts == []  # catch_up leaves it (its ETag fails a commit)
     assert two.refresh() and cache(two) == scanned(log)  # refresh: the book moved, all re-read
+
+
+def test_an_event_another_instance_ended_is_dropped_without_a_read(log: TableLog) -> None:
+    """The log marks an event whose active row its commit deleted as gone: a catch-up drops it unread (most
+    of a wave's catch-up keys were such events, issue 24 item 4); one still owed alerts keeps its active row
+    and is read."""
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    one.commit(Changes(events={e: EventRecord(event_id=e, first_seen=now) for e in ("E1", "E2")}), now)
+    two.refresh()
+    ended = one.active["E1"][0]
+    ended.end_stale(now)
+    one.commit(Changes(events={"E1": ended}), now)
+    before = two.reads
+    two.catch_up()
+    assert two.reads - before == 1 and "E1" not in two.active  # the head's read only
+    assert cache(two) == scanned(log) and two.find_event("E1")[0].ended  # its ended row, when asked for
+    owed = one.active["E2"][0]
+    owed.end_stale(now)
+    owed.pending_alerts = [{"key": "k"}]
+    one.commit(Changes(events={"E2": owed}), now)
+    before = two.reads
+    two.catch_up()
+    assert two.reads - before == 2 and two.active["E2"][0].pending_alerts == [{"key": "k"}]
+    assert cache(two) == scanned(log)
 
 
 def test_planning_reads_changed_events_new_vms_names_and_ended_rows_in_one_query(log: TableLog) -> None:
