@@ -5,7 +5,7 @@ read one at a time), and finding an event in either."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Dict, Iterable, Optional, Set, Tuple
+from typing import AbstractSet, Callable, Dict, Iterable, Optional, Set, Tuple
 
 from central.model.events import EventRecord
 from central.store import state_rows as rows
@@ -29,6 +29,7 @@ class EventReads:
     catch_ups: Dict[str, int]
     reads: int
     _absent: Set[str]
+    _owed: Set[str]  # ended events whose active rows (kept while alerts are owed) this cache has not read
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
 
     def _read_head(self) -> Tuple[Optional[head_log.Head], Optional[str]]:
@@ -71,12 +72,16 @@ class EventReads:
         self._hold_head(head)
         self.catch_ups["changed"] += 1
 
-    def _drop_gone(self, event_ids: Iterable[str]) -> None:
-        """These events' active rows were deleted (they ended): drop them unread. Their ended rows are read
-        when asked for (find_event, prefetch_ended)."""
-        for event_id in event_ids:
+    def _drop_ended(self, since: head_log.Since, keep: AbstractSet[str] = frozenset()) -> None:
+        """Events another instance ended, dropped unread (but those in `keep`, which the caller reads): a
+        decision about another event reads nothing of an ended one. A gone one's ended row is read when
+        asked for (find_event, prefetch_ended); one whose active row stays while alerts are owed is
+        remembered, and read when something needs its row (`read_owed`, find_event, a report of it)."""
+        for event_id in (since.gone | since.owed) - keep:
             self.active.pop(event_id, None)
             self._absent.discard(event_id)
+            self._owed.discard(event_id)
+        self._owed |= since.owed - keep
 
     def _read_events(self, event_ids: Iterable[str]) -> None:
         """Re-read these events' active rows into the cache; an event with none has ended (its ended row is
@@ -87,6 +92,7 @@ class EventReads:
     def _install_active(self, event_ids: Iterable[str], found: Found) -> None:
         for event_id in event_ids:
             self._absent.discard(event_id)
+            self._owed.discard(event_id)
             got = found.get(rows.event_key(event_id, active=True))
             if got is not None:
                 self.active[event_id] = (rows.event_from_entity(got[0]), got[1] or "")
@@ -115,6 +121,8 @@ class EventReads:
     def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
         """(record, active) for a known event: the active cache, else an ended one (a late report of an
         event that ended any time ago is recognised), else (None, False): new."""
+        if event_id in self._owed:  # ended, its active row not read yet
+            self._read_events([event_id])
         if event_id in self.active:
             return self.active[event_id][0], True
         if event_id in self.ended:

@@ -58,6 +58,7 @@ class FleetState(EventReads, VmReads):
         self.names: Dict[str, Tuple[str, Optional[str]]] = {}  # VM name -> (bound vmId, etag); read ones
         self.named: Dict[str, VmState] = {}  # VM name -> its holder's row as last read or written
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
+        self._owed: Set[str] = set()  # ended events with alerts owed, dropped unread (event_reads)
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -68,9 +69,10 @@ class FleetState(EventReads, VmReads):
             self._reload_active()
             return True
         head, book = self._read_head()
-        if _etag(head) == self.head_etag and book == self.book_etag:
+        if _etag(head) == self.head_etag and book == self.book_etag and not self._owed:
             return False
-        if book != self.book_etag or not self._catch_up(head):
+        # the owed alerts of ended events dropped unread: the timer delivers them, the views show them
+        if book != self.book_etag or not self._catch_up(head, also=set(self._owed)):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
@@ -81,7 +83,7 @@ class FleetState(EventReads, VmReads):
         if since is None or head is None:
             return False
         also = set(also)
-        self._drop_gone(since.gone - also)
+        self._drop_ended(since, keep=also)
         self._read_events(since.changed | also)
         self._at_head(head)
         return True
@@ -111,6 +113,7 @@ class FleetState(EventReads, VmReads):
         the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache has none,
         or one last seen before `seen_after`: a decision counting those events then finds them reusable."""
         changed: Set[str] = set()
+        reported = set(reported)
         at: Optional[head_log.Head] = None
         if events_may_change and not self.loaded:
             self.refresh()
@@ -121,8 +124,9 @@ class FleetState(EventReads, VmReads):
                 if since is None or head is None:
                     self._reload_active()
                 else:
-                    self._drop_gone(since.gone)
+                    self._drop_ended(since)
                     changed, at = since.changed, head
+        changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()
@@ -182,6 +186,7 @@ class FleetState(EventReads, VmReads):
                 rec = rows.event_from_entity(entity)
                 fresh[rec.event_id] = (rec, etag)
         self.active.replace_all(fresh)
+        self._owed = set()
         if not head_seen:  # a new table: the head starts at 0, so event commits never race to insert it
             self._create_head()
         self.loaded = True
@@ -244,8 +249,10 @@ class FleetState(EventReads, VmReads):
         elif changes.events:
             seq = self.head_seq + 1
             head = rows.head_entity(seq, now)
-            gone = {e for e in seen if not _stays_active(changes.events[e])}  # readers drop them unread
-            new_log = head_log.appended(self.head_log, seq, set(seen) - gone, gone=gone)
+            # readers drop ended events unread (a decision about another event reads nothing of them)
+            gone = {e for e in seen if not _stays_active(changes.events[e])}
+            owed = {e for e in seen if e not in gone and changes.events[e].ended}
+            new_log = head_log.appended(self.head_log, seq, set(seen) - gone - owed, gone=gone, owed=owed)
             head_log.write(head, new_log)
             open_seen = [changes.events[e] for e in seen if not changes.events[e].ended]
             reporters = {v for rec in open_seen for v in rec.reported_by.values()}

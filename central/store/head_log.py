@@ -4,14 +4,18 @@ Every change a decision may read bumps the head row (central.store.fleet_state),
 the head moved from seq a to seq b knew every row as of seq a, and only the events of commits a+1..b can
 differ. The head row keeps those events' ids for its last commits (bounded in size: a reader further
 behind reads every active row, as before), so catching up costs a read of the changed rows instead of
-every active one. An event whose active row the commit deleted (it ended) is marked gone: a reader drops
-it without a read (most of a wave's catch-up keys were such events, each a query slot that found no row).
+every active one. An event that ended is marked: gone (`-`, its active row deleted) or ended with alerts
+still owed (`~`, its active row kept until they are delivered). A catch-up drops either without a read: a
+decision about another event reads nothing of an ended one (central.policy.fleet_view.seen_by_others),
+and most of a wave's catch-up keys were such events. The owed ones are read when something needs their
+rows: the timer's and the views' refresh (which deliver and show owed alerts), a report of the event.
 
 Pure. The log is text, one line per commit, oldest first: the sequence, then a tab before each id, the id
-marked `+` (changed: read it) or `-` (gone). Ids never hold a tab or a newline (they are Table keys, which
-refuse control characters); an id that did would be written as `*` (read every active row), so no id can
-be taken for another. A reader parses only the lines after the commit it holds (a few, at the end),
-not the whole log: parsing every log on every catch-up was a measurable share of a wave's CPU.
+marked `+` (changed: read it), `-` (gone) or `~` (ended, alerts owed). Ids never hold a tab or a newline
+(they are Table keys, which refuse control characters); an id that did would be written as `*` (read
+every active row), so no id can be taken for another. A reader parses only the lines after the commit it
+holds (a few, at the end), not the whole log: parsing every log on every catch-up was a measurable share
+of a wave's CPU.
 
 A second log (`VMS_COLUMN`, the same format, ids all `+`) names the VMs that reported the events each
 commit left open. It is a hint: a cache that reads another instance's changed events reads the VM rows it
@@ -35,20 +39,22 @@ COLUMN = "ChangeLog"
 LOG_CHARS = 12_000  # ~300 event ids: a few batches of every instance; one column (< 32K characters)
 VMS_COLUMN = "ChangeLogVms"
 VMS_CHARS = 6_000  # ~150 vmIds: a hint, so a shorter reach than the events' log is enough
-CHANGED, GONE, UNREADABLE = "+", "-", "*"
+CHANGED, GONE, OWED, UNREADABLE = "+", "-", "~", "*"
 
 Log = str
 
 
 @dataclass
 class Since:
-    """What the commits after a held head did: the events to read again, and those to drop (gone)."""
+    """What the commits after a held head did: the events to read again, those gone, and those ended whose
+    active rows stay while alerts are owed."""
 
     changed: Set[str] = field(default_factory=set)
     gone: Set[str] = field(default_factory=set)
+    owed: Set[str] = field(default_factory=set)
 
-    def __len__(self) -> int:
-        return len(self.changed) + len(self.gone)
+    def every(self) -> Set[str]:
+        return self.changed | self.gone | self.owed
 
 
 class Head:
@@ -67,19 +73,20 @@ def read(head: Dict[str, Any], column: str = COLUMN) -> Optional[Log]:
     return found if isinstance(found, str) else None
 
 
-def entry(seq: int, changed: Iterable[str], gone: Iterable[str] = ()) -> str:
+def entry(seq: int, changed: Iterable[str], gone: Iterable[str] = (), owed: Iterable[str] = ()) -> str:
     """Commit `seq`'s line."""
-    marked = [CHANGED + i for i in sorted(changed)] + [GONE + i for i in sorted(gone)]
+    marked = ([CHANGED + i for i in sorted(changed)] + [GONE + i for i in sorted(gone)]
+              + [OWED + i for i in sorted(owed)])
     if any(("\t" in m or "\n" in m or len(m) == 1) for m in marked):
         marked = [UNREADABLE]
     return "\t".join([str(seq), *marked])
 
 
 def appended(log: Optional[Log], seq: int, changed: Iterable[str], chars: int = LOG_CHARS,
-             gone: Iterable[str] = ()) -> Log:
+             gone: Iterable[str] = (), owed: Iterable[str] = ()) -> Log:
     """`log` with commit `seq`'s ids added, oldest commits dropped to stay within `chars` (the newest
     commit is kept whatever its size)."""
-    line = entry(seq, changed, gone)
+    line = entry(seq, changed, gone, owed)
     out = f"{log}\n{line}" if log else line
     if len(out) > chars:
         cut = out.find("\n", len(out) - chars - 1)
@@ -111,21 +118,19 @@ def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Since]:
             return None  # the oldest line kept is newer than have+1
         end, expect = start - 1, expect - 1
     out = Since()
+    sets = {CHANGED: out.changed, GONE: out.gone, OWED: out.owed}
     for marked in reversed(lines):  # oldest first: the newest mark of an id wins
         for m in marked:
             mark, event_id = m[:1], m[1:]
-            if mark == CHANGED:
-                out.changed.add(event_id)
-                out.gone.discard(event_id)
-            elif mark == GONE:
-                out.gone.add(event_id)
-                out.changed.discard(event_id)
-            else:
+            if mark not in sets:
                 return None
+            for found in sets.values():
+                found.discard(event_id)
+            sets[mark].add(event_id)
     return out
 
 
 def ids_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]:
     """Every id commits have+1..now name, however marked (the VMs' hint), or None as changed_since."""
     found = changed_since(log, have, now)
-    return None if found is None else found.changed | found.gone
+    return None if found is None else found.every()

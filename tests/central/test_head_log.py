@@ -38,6 +38,8 @@ def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
     assert since(log, 4, 3) is None
     assert since(None, 0, 1) is None  # a head written before the log (or by the other version)
     assert since("", 0, 1) is None  # a new head's empty log
+    owed = head_log.changed_since(head_log.appended(log, 4, [], owed=["D"]), 2, 4)
+    assert owed is not None and (owed.changed, owed.gone, owed.owed) == (set(), {"B"}, {"D"})  # D: + then ~
     entity: dict = {"Seq": 3}
     head_log.write(entity, log)
     head_log.write(entity, head_log.appended(None, 3, ["v9"], head_log.VMS_CHARS), head_log.VMS_COLUMN)
@@ -150,9 +152,9 @@ def test_bookkeeping_is_read_by_refresh_not_by_catch_up(log: TableLog) -> None:
 
 
 def test_an_event_another_instance_ended_is_dropped_without_a_read(log: TableLog) -> None:
-    """The log marks an event whose active row its commit deleted as gone: a catch-up drops it unread (most
-    of a wave's catch-up keys were such events, issue 24 item 4); one still owed alerts keeps its active row
-    and is read."""
+    """The log marks an event that ended: a catch-up drops it unread (most of a wave's catch-up keys were such
+    events, issue 24 item 4). One still owed alerts keeps its active row: read when something needs it (the
+    timer's refresh, which delivers owed alerts; a report of it; find_event)."""
     one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
     now = datetime.now(timezone.utc)
     one.refresh()
@@ -171,7 +173,27 @@ def test_an_event_another_instance_ended_is_dropped_without_a_read(log: TableLog
     one.commit(Changes(events={"E2": owed}), now)
     before = two.reads
     two.catch_up()
-    assert two.reads - before == 2 and two.active["E2"][0].pending_alerts == [{"key": "k"}]
+    assert two.reads - before == 1 and "E2" not in two.active  # not counted, not read
+    assert two.refresh() and two.reads - before == 3  # the head again, then E2's row
+    assert two.active["E2"][0].pending_alerts == [{"key": "k"}] and cache(two) == scanned(log)
+    assert not two.refresh()  # nothing owed unread any more: the head's read only
+
+
+def test_an_ended_event_owed_alerts_is_read_when_reported_or_asked_for(log: TableLog) -> None:
+    one, two = FleetState(log), FleetState(TableLog(log.service, log.prefix))
+    now = datetime.now(timezone.utc)
+    one.refresh()
+    one.commit(Changes(events={e: EventRecord(event_id=e, first_seen=now) for e in ("E1", "E2")}), now)
+    two.refresh()
+    for event_id in ("E1", "E2"):
+        rec = one.active[event_id][0]
+        rec.end_stale(now)
+        rec.pending_alerts = [{"key": event_id}]
+        one.commit(Changes(events={event_id: rec}), now)
+    two.read_for_plan({}, ["E1"], events_may_change=True)  # a late report of E1
+    assert two.active["E1"][0].ended and "E2" not in two.active
+    rec, active = two.find_event("E2")  # E2's row as it stands: active, ended, alerts owed
+    assert active and rec is not None and rec.ended and rec.pending_alerts == [{"key": "E2"}]
     assert cache(two) == scanned(log)
 
 
