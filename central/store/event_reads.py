@@ -76,7 +76,7 @@ class EventReads:
         """Events another instance ended, dropped unread (but those in `keep`, which the caller reads): a
         decision about another event reads nothing of an ended one. A gone one's ended row is read when
         asked for (find_event, prefetch_ended); one whose active row stays while alerts are owed is
-        remembered, and read when something needs its row (`read_owed`, find_event, a report of it)."""
+        remembered, and read when something needs its row (`refresh`, find_event, a report of it)."""
         for event_id in (since.gone | since.owed) - keep:
             self.active.pop(event_id, None)
             self._absent.discard(event_id)
