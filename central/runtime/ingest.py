@@ -116,6 +116,16 @@ def one_at_a_time_if_refused(segment: List[S], commit: Callable[[], Set[str]],
         return touched
 
 
+def unstorable(what: str, why: str, result: BatchResult) -> Set[str]:
+    """The store refused even the quarantine row of something set aside: logged (its hash: the body stays in
+    Event Hubs for the hub's retention, and in Capture's archive when on) and counted, never retried: the
+    host retries a failed batch without end, so one unstorable row would stall its partition for good."""
+    log.error("se.unstorable: the store refuses the quarantine row of a %s: %s", what, why)
+    metrics.store_error("unstorable")
+    result.errors.append(f"the store refuses the quarantine row of a {what}: {why}"[:500])
+    return set()
+
+
 class Ingest:
     def __init__(self, state: FleetState, logs: TableLog,
                  heartbeat_log_every: float = HEARTBEAT_LOG_EVERY) -> None:
@@ -226,6 +236,8 @@ class Ingest:
 
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:
         """The store refuses this envelope's rows: quarantine it (kept whole, alerted) and go on."""
+        if isinstance(item.parsed, BadEnvelope):  # its quarantine refused too: nothing lower to keep it in
+            return unstorable(f"quarantined envelope (sha256 {item.parsed.sha256[:16]})", why, result)
         body = item.parsed.raw if isinstance(item.parsed, Envelope) else None
         text = json.dumps(body) if body is not None else getattr(item.parsed, "text", "")
         bad = bad_from(

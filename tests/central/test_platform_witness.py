@@ -260,3 +260,25 @@ def test_a_reporter_s_claims_about_others_count_only_within_its_hourly_allowance
     rec.platform = {"status": "Scheduled"}  # the platform's word: every VM it names, reported or not
     late = T0 + 600 * S
     assert sorted(vm.name for vm in FleetView(vms, [rec], rules=rules).impacted_vms(rec, late)) == ["a", "b"]
+
+
+def test_a_platform_quarantine_row_the_store_refuses_too_is_counted_and_the_next_batch_flows(
+        env: Env) -> None:
+    """Platform ingest's set-aside of an event the store refuses: when the store refuses its quarantine row
+    too, it is logged and counted (no exception for the host to retry without end: the partition would
+    stall); the next batch is applied."""
+    from central.store.tables import Rejected
+
+    svc = env.service()
+    real, refusing = svc.store.transact, {"on": True}
+
+    def transact(table: str, ops: list) -> list:
+        if refusing["on"] and table == "State":
+            raise Rejected(0, "the service refuses this content")
+        return real(table, ops)
+
+    svc.store.transact = transact  # type: ignore[method-assign]
+    refused = svc.handle_platform_batch([msg(grid("E-P1", ["uni_0"]))], now=T0)
+    assert any("refuses the quarantine row of a platform event" in e for e in refused.errors), refused.errors
+    refusing["on"] = False
+    assert svc.handle_platform_batch([msg(grid("E-P1", ["uni_0"]))], now=T0).processed == 1

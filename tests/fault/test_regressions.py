@@ -115,3 +115,31 @@ def test_an_alert_delivered_just_before_a_crash_still_gets_its_row(azurite: proc
     rows = list(tables.get_table_client(f"{prefix}Alerts").list_entities())
     mine = [r for r in rows if r.get("EventId") == eid and r.get("Status") == "Scheduled"]
     assert len(mine) == 1, rows
+
+
+def test_a_quarantine_row_the_store_refuses_too_does_not_stall_the_partition(
+        azurite: processes.Server) -> None:
+    # Found by review: ingest sets an envelope whose rows the store refuses aside as a quarantined one; when
+    # the store refused that one's rows too, the set-aside recursed without end (a RecursionError, the batch
+    # retried by the host forever: its partition stalled). Now logged and counted, and the next batch flows.
+    from central.store.tables import Rejected
+
+    svc = signing.central({"ApprovalStorage": azurite.extra["connection_string"],
+                           "TABLE_PREFIX": "unst" + uuid.uuid4().hex[:8], "ALERT_WEBHOOK_URL": ""})
+    real = svc.store.transact
+    refusing = {"on": True}
+
+    def transact(table: str, ops: list) -> list:
+        if refusing["on"] and table == "State":
+            raise Rejected(0, "the service refuses this content")
+        return real(table, ops)
+
+    svc.store.transact = transact  # type: ignore[method-assign]
+    vm = Vm(name="unstvm0")
+    scheduled = [event("E-UNST", [vm.name], "Reboot", "Scheduled", not_before=now() + timedelta(hours=1))]
+    refused = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
+    why = "refuses the quarantine row of a quarantined envelope"
+    assert any(why in e for e in refused.errors), refused.errors
+    refusing["on"] = False
+    flows = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
+    assert flows.processed == 1 and svc.state.find_event("E-UNST")[0] is not None
