@@ -143,3 +143,33 @@ def test_a_quarantine_row_the_store_refuses_too_does_not_stall_the_partition(
     refusing["on"] = False
     flows = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
     assert flows.processed == 1 and svc.state.find_event("E-UNST")[0] is not None
+
+
+def test_the_one_envelope_whose_rows_the_store_refuses_is_quarantined_and_the_others_applied(
+        azurite: processes.Server) -> None:
+    """central.runtime.ingest.one_at_a_time_if_refused end to end: the store refuses (HTTP 400 for its
+    content) any State transaction holding one event's rows; of three envelopes in one batch, the other two
+    are applied and that one is quarantined with the store's reason, the batch not failed."""
+    import json as json_mod
+
+    from central.store.tables import Rejected
+
+    svc = signing.central({"ApprovalStorage": azurite.extra["connection_string"],
+                           "TABLE_PREFIX": "refu" + uuid.uuid4().hex[:8], "ALERT_WEBHOOK_URL": ""})
+    real = svc.store.transact
+
+    def transact(table: str, ops: list) -> list:
+        if table == "State" and any("E-REFUSED" in json_mod.dumps(op.entity, default=str) for op in ops):
+            raise Rejected(0, "the service refuses this content")
+        return real(table, ops)
+
+    svc.store.transact = transact  # type: ignore[method-assign]
+    later = now() + timedelta(hours=1)
+    vms = [Vm(name=f"refvm{i}") for i in range(3)]
+    ids = ["E-OK-0", "E-REFUSED", "E-OK-2"]
+    bodies = [body(vm.incarnation_env([event(eid, [vm.name], not_before=later)], at=now()))
+              for vm, eid in zip(vms, ids)]
+    result = svc.handle_batch(bodies)
+    assert (result.processed, result.quarantined) == (2, 1), result
+    assert svc.state.find_event("E-OK-0")[0] is not None and svc.state.find_event("E-OK-2")[0] is not None
+    assert svc.state.find_event("E-REFUSED")[0] is None
