@@ -142,13 +142,17 @@ def _verify(body: bytes, props: Dict[str, str], trust: TrustConfig, now: dt.date
 
 
 def _check_subscription(key: VerifiedKey, claimed: Iterable[str]) -> None:
-    attested = key.subscription_id.strip().lower()
+    """Every subscription the envelope claims is the attested one (ignoring case, as ARM does, and nothing
+    else: a claim that reads differently elsewhere would be another subscription there). `claimed` is
+    central.intake.sender.claimed_subscriptions', which names a resourceId that is missing or not under
+    /subscriptions/<id>/ as '' (so it cannot match)."""
+    attested = key.subscription_id.lower()
     if not attested:  # documents before 2021 name none: nothing to hold the claim to
         return
     for sub in claimed:
-        if sub and sub.strip().lower() != attested:
+        if sub.lower() != attested:
             raise Fail("subscription", f"the attested document is for subscription {key.subscription_id}, "
-                        f"the envelope claims {sub[:64]}")
+                        f"the envelope claims {sub[:64]!r}")
 
 
 def _props(properties: Optional[Mapping[Any, Any]]) -> Dict[str, str]:

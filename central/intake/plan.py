@@ -111,6 +111,11 @@ class Planner:
             plan.metrics.append(lambda t=env.type: metrics.envelope(t))
             vm = self._vm(plan, env, item.received)
             vm.signed_at = downgrade.signed_since(item.signed, vm.signed_at, item.received)
+            if item.signed and env.vm.get("resourceId"):
+                # checked against Azure's attested subscription (central.intake.authn): it replaces what a
+                # row from before that check, or an unsigned first envelope, bound (the policy and the ARM
+                # path read it); a resource moved to another group or subscription is followed too
+                vm.resource_id = str(env.vm["resourceId"])
             if env.type == INCARNATION:
                 self._incarnation(plan, env, vm, item.received, now)
             elif env.type == HEARTBEAT:

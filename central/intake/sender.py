@@ -152,11 +152,18 @@ def properties_of(metadata: Optional[Mapping[str, Any]], count: int) -> Sequence
 
 
 def claimed_subscriptions(env: Envelope) -> List[str]:
-    """The subscriptions an envelope's VM block claims: its subscriptionId, and the one in its resourceId
-    as the policy (central.policy.matching) and the ARM owner (central.model.owner) each read it."""
+    """The subscriptions an envelope's VM block claims, each as what reads it sees it: its subscriptionId
+    (when given), and the one in its resourceId, which must be there and start the id
+    (`/subscriptions/<id>/...`: the policy's matching, the ARM owner and PLATFORM_CONFIRM_SCOPES' prefixes
+    then all read the same subscription; a genuine forwarder sends IMDS's resourceId, which does). A
+    resourceId that is missing or shaped otherwise is claimed as '' (a subscription no document names)."""
     vm = env.vm
     rid = vm.get("resourceId") if isinstance(vm.get("resourceId"), str) else ""
+    parts = rid.split("/")
+    canonical = len(parts) > 3 and parts[0] == "" and parts[1].lower() == "subscriptions" and parts[2] != ""
+    in_rid = parts[2] if canonical else ""
     owner = owner_of(rid)
-    found = [str(vm.get("subscriptionId") or ""), resource_id_part(rid, "subscriptions"),
-             owner.subscription if owner else ""]
-    return [s for s in dict.fromkeys(found) if s]
+    found = [in_rid, resource_id_part(rid, "subscriptions"), owner.subscription if owner else in_rid]
+    if vm.get("subscriptionId") is not None:
+        found.append(str(vm.get("subscriptionId")))
+    return list(dict.fromkeys(found))

@@ -84,9 +84,12 @@ def entry(seq: int, changed: Iterable[str], gone: Iterable[str] = (), owed: Iter
 
 def appended(log: Optional[Log], seq: int, changed: Iterable[str], chars: int = LOG_CHARS,
              gone: Iterable[str] = (), owed: Iterable[str] = ()) -> Log:
-    """`log` with commit `seq`'s ids added, oldest commits dropped to stay within `chars` (the newest
-    commit is kept whatever its size)."""
+    """`log` with commit `seq`'s ids added, oldest commits dropped to stay within `chars`; a commit that
+    alone names more than `chars` holds is written unreadable (a reader then reads every active row; the
+    VMs' hint is lost for it)."""
     line = entry(seq, changed, gone, owed)
+    if len(line) > chars:  # one commit naming more than the log holds (a property holds 32K characters)
+        line = f"{seq}\t{UNREADABLE}"
     out = f"{log}\n{line}" if log else line
     if len(out) > chars:
         cut = out.find("\n", len(out) - chars - 1)

@@ -5,6 +5,7 @@ view (se-fleet status). A bad mode is one actionable line at start."""
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 import pytest
 
@@ -35,6 +36,40 @@ def test_an_envelope_claiming_another_subscription_than_its_document_is_refused(
     assert svc.state.find_event("E-1") == (None, False)
     genuine = svc.handle_batch([raw], now=T0, properties=SIGNER.as_claimed([raw]))
     assert (genuine.processed, genuine.quarantined) == (1, 0)
+
+
+@pytest.mark.parametrize("resource_id", [
+    "//subscriptions/aaaa/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/a",  # read apart
+    "/subscriptions/ aaaa/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/a",
+    "subscriptions/aaaa/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/a",
+    None,  # no resourceId: no subscription the policy, the ARM path or PLATFORM_CONFIRM_SCOPES could read
+])
+def test_a_resource_id_not_plainly_under_the_attested_subscription_is_refused(
+        env: Env, resource_id: Optional[str]) -> None:
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem))
+    vm = Vm("a", subscription="aaaa")
+    doc = vm.heartbeat(at=T0)
+    if resource_id is None:
+        del doc["data"]["vm"]["resourceId"]
+    else:
+        doc["data"]["vm"]["resourceId"] = resource_id
+    raw = body(doc)
+    result = svc.handle_batch([raw], now=T0, properties=[SIGNER.properties("a", vm.vm_id, raw, "aaaa")])
+    assert (result.processed, result.quarantined) == (0, 1)
+    assert svc.state.vm(vm.vm_id) is None
+
+
+def test_a_signed_envelope_replaces_a_resource_id_bound_unsigned(env: Env) -> None:
+    """AUTHN_MODE=preferred binds a VM's first, unsigned, envelope as it comes; once the VM signs, the
+    resourceId Azure's document vouches for replaces the one bound (the policy and the ARM path read it)."""
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem, AUTHN_MODE="preferred"))
+    claimed, genuine = Vm("a", subscription="bbbb"), Vm("a", subscription="aaaa")
+    genuine.vm_id = claimed.vm_id
+    assert svc.handle_batch([body(claimed.heartbeat(at=T0))], now=T0, properties=[{}]).processed == 1
+    assert "/subscriptions/bbbb/" in svc.state.vm(claimed.vm_id).resource_id
+    signed = body(genuine.heartbeat(at=T0))
+    assert svc.handle_batch([signed], now=T0, properties=SIGNER.as_claimed([signed])).processed == 1
+    assert "/subscriptions/aaaa/" in svc.state.vm(claimed.vm_id).resource_id
 
 
 def test_preferred_accepts_unsigned_only_from_vms_never_seen_signed(env: Env) -> None:

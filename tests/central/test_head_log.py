@@ -57,6 +57,17 @@ def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
     assert since(long, kept - 1, 199) is not None and since(long, kept - 2, 199) is None
 
 
+def test_a_commit_naming_more_than_the_log_holds_makes_readers_read_everything() -> None:
+    """A property holds 32K characters: a line longer than the log's size (an evaluator pass of 45 events
+    with many VMs each) is written unreadable, never as a value the store refuses."""
+    many = [f"{i:08d}-0000-0000-0000-000000000000" for i in range(900)]
+    log = head_log.appended(head_log.appended(None, 1, ["A"]), 2, many, head_log.VMS_CHARS)
+    assert len(log) <= head_log.VMS_CHARS and since(log, 1, 2) is None
+    assert head_log.ids_since(log, 1, 2) is None
+    log = head_log.appended(log, 3, ["B"], head_log.VMS_CHARS)
+    assert head_log.ids_since(log, 2, 3) == {"B"}  # the commits after it read as before
+
+
 def test_no_id_can_be_read_as_another() -> None:
     """Ids are split on tabs, never on spaces (an EventId may hold one: split, it named two events that do
     not exist, and the real one was never read again); an id no line can carry makes the reader read all."""
