@@ -38,10 +38,12 @@ log = logs.get("attestation")
 
 ATTESTED_PATH = "/metadata/attested/document"
 ATTESTED_API_VERSION = "2021-02-01"
+MOVE_RETRY_SECONDS = 60.0  # a document naming another subscription than the events: renewed at most so often
 MIN_REFRESH_SECONDS = 60.0
 EXPIRY_MARGIN_SECONDS = 120.0     # stop signing with a document this close to its expiry
 LIFETIME_IF_UNREADABLE = 3600.0   # when the document's expiresOn cannot be read on the VM
 _EXPIRES_ON = re.compile(rb'"expiresOn"\s*:\s*"([^"]{1,40})"')
+_SUBSCRIPTION = re.compile(rb'"subscriptionId"\s*:\s*"([^"]{0,64})"')
 
 
 class AttestationError(Exception):
@@ -59,6 +61,7 @@ class _Key:
     attestation: str       # the document's base64 PKCS#7, as IMDS sent it
     expires_at: float
     refresh_at: float
+    subscription: str = ""  # the one the document names ('' for documents that name none)
 
     def sign(self, data: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `data` (RFC 8032; what central verifies with cryptography)."""
@@ -77,6 +80,7 @@ class Attestor:
         self.digit_nonce = False  # set when IMDS refuses the 32-character nonce (then central must allow it)
         self._key: Optional[_Key] = None
         self._next_try = 0.0
+        self._next_move_try = 0.0
         self._failures = 0
         self._attach_next = True
         self._attached_at = float("-inf")
@@ -85,12 +89,18 @@ class Attestor:
 
     # ---- per send --------------------------------------------------------------------------------
 
-    def begin(self) -> None:
+    def begin(self, subscription: str = "") -> None:
         """Make sure a key with a current document exists (refreshing when due); the next signed
-        event carries the document. Raises AttestationError when there is no usable key."""
+        event carries the document. `subscription`: the one the events to sign claim (their resourceId's):
+        a document naming another (the VM was moved) is renewed now, since central refuses such events.
+        Raises AttestationError when there is no usable key."""
         now = self.clock()
         key = self._key
-        if (key is None or now >= key.refresh_at) and now >= self._next_try:
+        moved = (key is not None and bool(key.subscription) and bool(subscription)
+                 and key.subscription.lower() != subscription.lower() and now >= self._next_move_try)
+        if moved:  # at most once a minute: IMDS may still name the old subscription for a while
+            self._next_move_try = now + MOVE_RETRY_SECONDS
+        if (key is None or moved or now >= key.refresh_at) and now >= self._next_try:
             try:
                 self._install(self._attest(now))
             except AttestationError as exc:
@@ -155,9 +165,11 @@ class Attestor:
             raise AttestationError("IMDS answered an attested document for another nonce (its cache); "
                                    "asking again later")
         lifetime = _lifetime(der, now)
+        named = _SUBSCRIPTION.search(der)
         return _Key(private, public, nonce, base64.b64encode(der).decode("ascii"),
                     expires_at=now + lifetime,
-                    refresh_at=now + max(MIN_REFRESH_SECONDS, lifetime / 2))
+                    refresh_at=now + max(MIN_REFRESH_SECONDS, lifetime / 2),
+                    subscription=named.group(1).decode("ascii", "replace") if named else "")
 
     def _document(self, nonce: str) -> bytes:
         """The DER of the attested document for `nonce`. Raises AttestationError / ImdsRejected."""

@@ -168,7 +168,7 @@ class EventHubSink:
             except Exception as exc:  # e.g. the SDK refusing the connection string
                 raise SinkError(_describe(exc), retryable=False) from exc
             if self.authenticator is not None:
-                self._authenticate()
+                self._authenticate(claimed_subscription(envelopes))
             outcome: Dict[str, BaseException] = {}
             worker = threading.Thread(target=self._attempt, args=(producer, runs, outcome), daemon=True,
                                       name="eventhub-send")
@@ -216,11 +216,11 @@ class EventHubSink:
                 raise SinkError(_describe(outcome["error"]), retryable=not _is_auth_error(outcome["error"]))
             return int(outcome["size"])
 
-    def _authenticate(self) -> None:
+    def _authenticate(self, subscription: str = "") -> None:
         from ..attestation import AttestationError
 
         try:
-            self.authenticator.begin()
+            self.authenticator.begin(subscription)
         except AttestationError as exc:
             raise SinkError(f"not sent unauthenticated: {exc}") from exc
 
@@ -405,3 +405,12 @@ def _describe(exc: BaseException) -> str:
     elif type(exc).__name__ in ("ConnectError", "ConnectionLostError", "OperationTimeoutError"):
         hint = "; Event Hubs unreachable: kept in the outbox, retrying with backoff"
     return f"{type(exc).__name__}: {text[:300]}{hint}"
+
+
+def claimed_subscription(envelopes: List[Dict[str, Any]]) -> str:
+    """The subscription the newest envelope's vm.resourceId names (`/subscriptions/<id>/...`, as IMDS gives
+    it), or '': what central holds the attested document to (central.intake.authn)."""
+    vm = (envelopes[-1].get("data") or {}).get("vm") if envelopes else None
+    rid = vm.get("resourceId") if isinstance(vm, dict) else None
+    parts = rid.split("/") if isinstance(rid, str) else []
+    return parts[2] if len(parts) > 3 and parts[0] == "" and parts[1].lower() == "subscriptions" else ""

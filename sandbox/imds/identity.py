@@ -81,6 +81,19 @@ def from_spec(spec: Mapping[str, Any]) -> Identity:
     return ident
 
 
+def moved(ident: Identity, spec: Mapping[str, Any]) -> None:
+    """Azure's resource move: the VM keeps its vmId and name, and takes the subscription and/or resource
+    group `spec` names (its resourceId follows). Raises ValueError naming a bad field."""
+    fields = {k: spec[k] for k in ("subscriptionId", "resourceGroupName") if k in spec}
+    if not fields or set(spec) - set(fields):
+        raise ValueError("a move names 'subscriptionId' and/or 'resourceGroupName', nothing else")
+    for key, value in fields.items():
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ValueError(f"'{key}' must be a non-empty string without '/'")
+        setattr(ident, key, value)
+    ident.resourceId = _resource_id(ident)
+
+
 def _resource_id(ident: Identity) -> str:
     base = (f"/subscriptions/{ident.subscriptionId}/resourceGroups/{ident.resourceGroupName}"
             "/providers/Microsoft.Compute/")

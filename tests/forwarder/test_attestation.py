@@ -119,3 +119,37 @@ def test_a_cached_document_for_another_nonce_is_not_used(tmp_path: Path) -> None
         for client in clients:
             client.close()
         server.stop()
+
+
+def test_a_move_to_another_subscription_renews_the_document_at_once(imds: processes.Server,
+                                                                   tmp_path: Path) -> None:
+    """Central holds a signed envelope's resourceId to the subscription the attested document names. After
+    Azure moves the VM, the forwarder's envelopes name the new subscription: the first send renews the
+    document (at most once a minute while IMDS still names the old one), instead of half a document's life
+    of refused envelopes."""
+    from forwarder.sinks.eventhub import claimed_subscription
+
+    clock = Clock()
+    client = ImdsClient(imds_url(imds))
+    attestor = Attestor(client, clock=clock)
+    try:
+        old = admin(imds, "GET", "/vms/vm0")["subscriptionId"]
+        attestor.begin(old)
+        first = attestor.kid
+        attestor.begin(old)
+        assert attestor.kid == first and len(attested_requests(imds)) == 1
+        moved_to = "11111111-2222-3333-4444-555555555555"
+        identity = admin(imds, "POST", "/vms/vm0/move", {"subscriptionId": moved_to})
+        envelope = {"data": {"vm": {"vmId": identity["vmId"], "resourceId": identity["resourceId"]}}}
+        new = claimed_subscription([envelope])
+        assert new == moved_to and old not in identity["resourceId"]
+        attestor.begin(new)
+        assert attestor.kid != first and len(attested_requests(imds)) == 2
+        body = b'{"moved":true}'
+        result = verify(imds, tmp_path, body, attestor.sign(body), clock.now)
+        assert result.ok and result.key.subscription_id == new  # type: ignore[union-attr]
+        attestor.begin(new)
+        attestor.begin(old)  # an older envelope: not renewed again within the minute
+        assert len(attested_requests(imds)) == 2
+    finally:
+        client.close()
