@@ -98,9 +98,9 @@ class Attestor:
         key = self._key
         moved = (key is not None and bool(key.subscription) and bool(subscription)
                  and key.subscription.lower() != subscription.lower() and now >= self._next_move_try)
-        if moved:  # at most once a minute: IMDS may still name the old subscription for a while
-            self._next_move_try = now + MOVE_RETRY_SECONDS
         if (key is None or moved or now >= key.refresh_at) and now >= self._next_try:
+            if moved:  # at most once a minute: IMDS may still name the old subscription for a while
+                self._next_move_try = now + MOVE_RETRY_SECONDS
             try:
                 self._install(self._attest(now))
             except AttestationError as exc:

@@ -22,10 +22,10 @@ from central.intake import bounds as limits
 from central.intake import parse as env_mod
 from central.intake.plan import HEARTBEAT_LOG_EVERY, UNBOUND, Item, Plan, Planner, bad_from
 from central.intake.sender import claimed_subscriptions
-from central.model.alert import Alert
+from central.model.alert import ALERT_LEASE, Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.policy.fleet_view import seen_by_others
-from central.store.fleet_state import FleetState
+from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
 
@@ -114,16 +114,6 @@ def one_at_a_time_if_refused(segment: List[S], commit: Callable[[], Set[str]],
         for item in segment:
             touched |= commit_part([item])
         return touched
-
-
-def unstorable(what: str, why: str, result: BatchResult) -> Set[str]:
-    """The store refused even the quarantine row of something set aside: logged (its hash: the body stays in
-    Event Hubs for the hub's retention, and in Capture's archive when on) and counted, never retried: the
-    host retries a failed batch without end, so one unstorable row would stall its partition for good."""
-    log.error("se.unstorable: the store refuses the quarantine row of a %s: %s", what, why)
-    metrics.store_error("unstorable")
-    result.errors.append(f"the store refuses the quarantine row of a {what}: {why}"[:500])
-    return set()
 
 
 class Ingest:
@@ -237,7 +227,7 @@ class Ingest:
     def _set_aside(self, item: Item, why: str, now: datetime, result: BatchResult) -> Set[str]:
         """The store refuses this envelope's rows: quarantine it (kept whole, alerted) and go on."""
         if isinstance(item.parsed, BadEnvelope):  # its quarantine refused too: nothing lower to keep it in
-            return unstorable(f"quarantined envelope (sha256 {item.parsed.sha256[:16]})", why, result)
+            return self.unstorable(item.parsed, why, now, result)
         body = item.parsed.raw if isinstance(item.parsed, Envelope) else None
         text = json.dumps(body) if body is not None else getattr(item.parsed, "text", "")
         bad = bad_from(
@@ -250,6 +240,28 @@ class Ingest:
         )
         log.error("envelope set aside: the store refuses its rows: %s", why)
         return self._commit_segment([Item(bad, item.received)], now, result)
+
+    def unstorable(self, bad: BadEnvelope, why: str, now: datetime, result: BatchResult) -> Set[str]:
+        """The store refused even the quarantine rows of something set aside. Dropped only once a critical
+        alert row of fixed content (no text of the body: its hash) is committed: then the refusal is this
+        body's; the log line adds its envelope (or Event Grid) id and claimed vmId. The body stays in Event
+        Hubs for the hub's retention, and in Capture's archive when on. Retried, the batch would be refused
+        without end and stall its partition. A store that refuses that row too refuses everything (a version
+        it does not take, a broken request): Rejected propagates, the batch fails and is retried, nothing
+        dropped."""
+        what = "a platform event" if bad.extra.get("source") == "platform" else "an envelope"
+        alert = Alert(f"unstorable:{bad.sha256[:40]}", "unstorable", "critical",
+                      f"Central dropped {what} the log store refuses to keep, even as quarantined",
+                      f"The store's answer: {why}"[:1000], now, next_try=now + ALERT_LEASE,
+                      facts={"sha256": bad.sha256, "source": bad.extra.get("source") or "envelope"})
+        self.state.commit(Changes(alerts=[alert]), now)
+        self.rows_owed.append(alert)
+        log.error("se.unstorable: dropped %s the store refuses even as quarantined (envelope or Event Grid "
+                  "id %r, claimed vmId %r, sha256 %s): %s", what, (bad.envelope_id or "")[:256],
+                  (bad.vm_id or "")[:64], bad.sha256, why)
+        metrics.store_error("unstorable")
+        result.errors.append(f"dropped {what} the store refuses even as quarantined: {why}"[:500])
+        return set()
 
     def _unseen_by_others(self, plan: Plan) -> Set[str]:
         """The events the plan changes in nothing that deciding about another event reads

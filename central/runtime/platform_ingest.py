@@ -22,7 +22,7 @@ from central.policy import witness
 from central.policy.witness import WitnessRules
 from central.store.fleet_state import EVENTS_PER_COMMIT, FleetState
 
-from .ingest import Ingest, one_at_a_time_if_refused, unstorable
+from .ingest import Ingest, one_at_a_time_if_refused
 from .results import BatchResult
 
 log = logging.getLogger("central.ingest")
@@ -70,7 +70,7 @@ class PlatformIngest:
         def set_aside(item: Tuple[platform.Parsed, datetime], why: str) -> Set[str]:
             parsed, at = item
             if not isinstance(parsed, platform.PlatformEvent):  # a quarantine row the store refuses: no lower
-                return unstorable("platform event", why, result)
+                return self.ingest.unstorable(parsed, why, now, result)
             text = json.dumps(parsed.raw, default=str, ensure_ascii=False)
             log.error("platform event set aside: the store refuses its rows: %s", why)
             return self._commit([(platform.bad(text, f"the log store refused its rows: {why}"[:300],

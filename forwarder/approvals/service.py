@@ -92,7 +92,9 @@ class ApprovalService:
                               poison_queue=poison, stop=self.stop)
 
     def publish(self, result: Any) -> None:
-        vm = self.vm or self.identity()
+        # the identity as the poller last read it (not the one of the first approval): after Azure moves
+        # the VM, its results name the resourceId the attested document vouches for now
+        vm = self.identity()
         self.outbox.put(envelope.approval_result(vm, result.data(vm.as_vm())))
         if self.wake_publisher is not None:
             self.wake_publisher()

@@ -11,7 +11,7 @@ from .clock import iso, rfc1123
 from .events import SimEvent
 from .fabric import Conflict, Fabric, UnknownEvent, UnknownVm
 from .faults import FaultBook
-from .identity import from_spec, moved
+from .identity import from_spec
 from .ratelimit import SlidingWindowLimiter
 from .requestlog import RequestLog
 from .responses import Response, error, json_response
@@ -96,9 +96,8 @@ class AdminApi:
         if len(rest) == 1 and method == "GET":
             return json_response(200, self.fabric.vm(rest[0]).identity.compute())
         if len(rest) == 2 and rest[1] == "move" and method == "POST":
-            identity = self.fabric.vm(rest[0]).identity
-            moved(identity, payload if isinstance(payload, dict) else {})
-            return json_response(200, identity.compute())
+            spec = payload if isinstance(payload, dict) else {}
+            return json_response(200, self.fabric.move_vm(rest[0], spec).compute())
         if len(rest) == 2 and rest[1] == "document" and method == "GET":
             # The VM's document without rate limit, faults or log: for tests and operators.
             version = query.get("api-version") or SCHEDULED_EVENTS_VERSIONS[-1]

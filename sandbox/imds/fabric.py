@@ -12,11 +12,11 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .clock import Clock, rfc1123
 from .events import CANCELLED, COMPLETED, SCHEDULED, STARTED, SimEvent
-from .identity import Identity
+from .identity import Identity, moved
 
 _MAX_STEPS = 100_000  # bounds one catch-up; far above anything a test or demo schedules
 _IDLE_WAIT = 5.0
@@ -84,6 +84,13 @@ class Fabric:
             if identity.name in self.vms:
                 raise Conflict(f"VM {identity.name!r} exists")
             self.vms[identity.name] = VmState(identity)
+            return identity
+
+    def move_vm(self, name: str, spec: Mapping[str, Any]) -> Identity:
+        """Azure's resource move (identity.moved), under the lock."""
+        with self._cond:
+            identity = self.vm(name).identity
+            moved(identity, spec)
             return identity
 
     def count_call(self, name: str) -> int:

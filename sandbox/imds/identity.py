@@ -87,9 +87,10 @@ def moved(ident: Identity, spec: Mapping[str, Any]) -> None:
     fields = {k: spec[k] for k in ("subscriptionId", "resourceGroupName") if k in spec}
     if not fields or set(spec) - set(fields):
         raise ValueError("a move names 'subscriptionId' and/or 'resourceGroupName', nothing else")
-    for key, value in fields.items():
+    for key, value in fields.items():  # all checked before any is set: a refused move changes nothing
         if not isinstance(value, str) or not value or "/" in value:
             raise ValueError(f"'{key}' must be a non-empty string without '/'")
+    for key, value in fields.items():
         setattr(ident, key, value)
     ident.resourceId = _resource_id(ident)
 

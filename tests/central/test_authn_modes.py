@@ -5,6 +5,7 @@ view (se-fleet status). A bad mode is one actionable line at start."""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Optional
 
 import pytest
@@ -60,8 +61,9 @@ def test_a_resource_id_not_plainly_under_the_attested_subscription_is_refused(
 
 
 def test_a_signed_envelope_replaces_a_resource_id_bound_unsigned(env: Env) -> None:
-    """AUTHN_MODE=preferred binds a VM's first, unsigned, envelope as it comes; once the VM signs, the
-    resourceId Azure's document vouches for replaces the one bound (the policy and the ARM path read it)."""
+    """AUTHN_MODE=preferred binds a VM's first, unsigned, envelope as it comes; once the VM signs, a
+    resourceId in the subscription Azure's document vouches for replaces one bound in another (the policy
+    and the ARM path read it); a signed envelope cannot move its VM to another resource group."""
     svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem, AUTHN_MODE="preferred"))
     claimed, genuine = Vm("a", subscription="bbbb"), Vm("a", subscription="aaaa")
     genuine.vm_id = claimed.vm_id
@@ -70,6 +72,13 @@ def test_a_signed_envelope_replaces_a_resource_id_bound_unsigned(env: Env) -> No
     signed = body(genuine.heartbeat(at=T0))
     assert svc.handle_batch([signed], now=T0, properties=SIGNER.as_claimed([signed])).processed == 1
     assert "/subscriptions/aaaa/" in svc.state.vm(claimed.vm_id).resource_id
+    # within its subscription the resourceId stays as first seen: the resource group is not attested
+    doc = genuine.heartbeat(at=T0 + timedelta(seconds=1))
+    doc["data"]["vm"]["resourceId"] = doc["data"]["vm"]["resourceId"].replace("/rg/", "/elsewhere/")
+    moved = body(doc)
+    later = T0 + timedelta(seconds=1)
+    assert svc.handle_batch([moved], now=later, properties=SIGNER.as_claimed([moved])).processed == 1
+    assert "/resourceGroups/rg/" in svc.state.vm(claimed.vm_id).resource_id
 
 
 def test_preferred_accepts_unsigned_only_from_vms_never_seen_signed(env: Env) -> None:

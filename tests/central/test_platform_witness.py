@@ -262,23 +262,16 @@ def test_a_reporter_s_claims_about_others_count_only_within_its_hourly_allowance
     assert sorted(vm.name for vm in FleetView(vms, [rec], rules=rules).impacted_vms(rec, late)) == ["a", "b"]
 
 
-def test_a_platform_quarantine_row_the_store_refuses_too_is_counted_and_the_next_batch_flows(
-        env: Env) -> None:
-    """Platform ingest's set-aside of an event the store refuses: when the store refuses its quarantine row
-    too, it is logged and counted (no exception for the host to retry without end: the partition would
-    stall); the next batch is applied."""
-    from central.store.tables import Rejected
+def test_a_platform_event_the_store_refuses_even_as_quarantined_is_dropped_with_an_alert(env: Env) -> None:
+    """Platform ingest's set-aside of an event the store refuses: when the store refuses its quarantine rows
+    too, it is dropped once a critical alert of fixed content is committed (no exception for the host to
+    retry without end: the partition would stall); the next batch is applied."""
+    from tests.store_faults import refusing_store
 
     svc = env.service()
-    real, refusing = svc.store.transact, {"on": True}
-
-    def transact(table: str, ops: list) -> list:
-        if refusing["on"] and table == "State":
-            raise Rejected(0, "the service refuses this content")
-        return real(table, ops)
-
-    svc.store.transact = transact  # type: ignore[method-assign]
+    switch = refusing_store(svc, "E-P1")
     refused = svc.handle_platform_batch([msg(grid("E-P1", ["uni_0"]))], now=T0)
-    assert any("refuses the quarantine row of a platform event" in e for e in refused.errors), refused.errors
-    refusing["on"] = False
+    assert any("dropped a platform event" in e for e in refused.errors), refused.errors
+    assert [r["Severity"] for r in env.rows("Alerts") if r.get("Kind") == "unstorable"] == ["critical"]
+    switch["on"] = False
     assert svc.handle_platform_batch([msg(grid("E-P1", ["uni_0"]))], now=T0).processed == 1

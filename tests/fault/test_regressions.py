@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from central.runtime.service import CLAIM_SEND_GRACE
 from sandbox import processes
 from tests import signing
 from tests.central.factory import Vm, body, event
+from tests.store_faults import refusing_store
 
 from .central_rig import now
 
@@ -117,32 +119,50 @@ def test_an_alert_delivered_just_before_a_crash_still_gets_its_row(azurite: proc
     assert len(mine) == 1, rows
 
 
-def test_a_quarantine_row_the_store_refuses_too_does_not_stall_the_partition(
+def test_an_envelope_the_store_refuses_even_as_quarantined_is_dropped_with_a_critical_alert(
         azurite: processes.Server) -> None:
     # Found by review: ingest sets an envelope whose rows the store refuses aside as a quarantined one; when
     # the store refused that one's rows too, the set-aside recursed without end (a RecursionError, the batch
-    # retried by the host forever: its partition stalled). Now logged and counted, and the next batch flows.
-    from central.store.tables import Rejected
-
+    # retried by the host forever: its partition stalled). Now it is dropped once a critical alert of fixed
+    # content is committed, and the next batch flows.
     svc = signing.central({"ApprovalStorage": azurite.extra["connection_string"],
                            "TABLE_PREFIX": "unst" + uuid.uuid4().hex[:8], "ALERT_WEBHOOK_URL": ""})
-    real = svc.store.transact
-    refusing = {"on": True}
-
-    def transact(table: str, ops: list) -> list:
-        if refusing["on"] and table == "State":
-            raise Rejected(0, "the service refuses this content")
-        return real(table, ops)
-
-    svc.store.transact = transact  # type: ignore[method-assign]
+    switch = refusing_store(svc, "E-UNST")
     vm = Vm(name="unstvm0")
     scheduled = [event("E-UNST", [vm.name], "Reboot", "Scheduled", not_before=now() + timedelta(hours=1))]
     refused = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
-    why = "refuses the quarantine row of a quarantined envelope"
-    assert any(why in e for e in refused.errors), refused.errors
-    refusing["on"] = False
+    assert any("dropped an envelope the store refuses even as quarantined" in e for e in refused.errors), \
+        refused.errors
+    alerts = [r for r in _alert_rows(azurite, svc) if r.get("Kind") == "unstorable"]
+    assert len(alerts) == 1 and alerts[0]["Severity"] == "critical", alerts  # delivered (logged) at once
+    switch["on"] = False
     flows = svc.handle_batch([body(vm.incarnation_env(scheduled, at=now()))])
     assert flows.processed == 1 and svc.state.find_event("E-UNST")[0] is not None
+
+
+def test_a_store_that_refuses_every_row_fails_the_batch_and_drops_nothing(azurite: processes.Server) -> None:
+    """A refusal that is not the body's (even the fixed alert row refused: a version the service does not
+    take, a broken request) fails the batch, as before: the host retries it, nothing is dropped."""
+    from central.store.tables import Rejected
+
+    svc = signing.central({"ApprovalStorage": azurite.extra["connection_string"],
+                           "TABLE_PREFIX": "unsa" + uuid.uuid4().hex[:8], "ALERT_WEBHOOK_URL": ""})
+    switch = refusing_store(svc, "E-UNSA")
+    switch["everything"] = True
+    vm = Vm(name="unsavm0")
+    batch = [body(vm.incarnation_env([event("E-UNSA", [vm.name], not_before=now() + timedelta(hours=1))],
+                                     at=now()))]
+    with pytest.raises(Rejected):
+        svc.handle_batch(batch)
+    switch["on"] = False
+    assert svc.handle_batch(batch).processed == 1 and svc.state.find_event("E-UNSA")[0] is not None
+
+
+def _alert_rows(azurite: processes.Server, svc: Any) -> list:
+    from azure.data.tables import TableServiceClient
+
+    tables = TableServiceClient.from_connection_string(azurite.extra["connection_string"])
+    return list(tables.get_table_client(f"{svc.store.prefix}Alerts").list_entities())
 
 
 def test_the_one_envelope_whose_rows_the_store_refuses_is_quarantined_and_the_others_applied(

@@ -49,3 +49,28 @@ def test_defaults_and_bad_values() -> None:
     assert (settings.reader.fast_interval, settings.reader.slow_interval) == (2.0, 60.0)
     with pytest.raises(cfg.ConfigError, match="local_approve"):
         cfg.load({}, {"SE_FORWARDER_LOCAL_APPROVE": "maybe"})
+
+
+def test_a_result_names_the_identity_the_poller_read_last(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """After Azure moves the VM (another subscription or resource group), its approval results name the
+    resourceId IMDS gives now, which central holds to the attested document, not the one of the first
+    approval (they were refused as `subscription` until the forwarder restarted)."""
+    from forwarder.approvals.result import APPROVED, ApprovalResult
+    from forwarder.approvals.service import ApprovalService
+    from forwarder.identity import from_compute
+    from forwarder.outbox import Outbox
+
+    def compute(sub: str) -> dict:
+        rid = f"/subscriptions/{sub}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm0"
+        return {"vmId": "v-1", "name": "vm0", "resourceId": rid}
+
+    current = {"identity": from_compute(compute("aaaa"))}
+    outbox = Outbox(str(tmp_path))
+    config = cfg.load({}, {"SE_FORWARDER_STATE_DIR": str(tmp_path)})
+    service = ApprovalService(approval_settings(config), None, outbox, lambda: current["identity"])
+    service._ready()  # the approver, built at the first approval with the identity of then
+    service.publish(ApprovalResult("E-1", APPROVED, "first"))
+    current["identity"] = from_compute(compute("bbbb"))
+    service.publish(ApprovalResult("E-2", APPROVED, "after the move"))
+    sent = [item.envelope["data"]["vm"]["resourceId"] for item in outbox.peek(10)]
+    assert [rid.split("/")[2] for rid in sent] == ["aaaa", "bbbb"]
