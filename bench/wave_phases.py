@@ -28,7 +28,7 @@ import sys
 import time
 from collections import Counter
 from statistics import median
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
 
 from bench import side_by_side, table_memory_net, wave_sim
 from bench.table_memory import MemoryStorage
@@ -140,8 +140,10 @@ def own_partitions_only(instances: int) -> Iterator[None]:
         mine = getattr(self, "experiment_instance", None)
         if found is None or mine is None:
             return found
-        return head_log.Since({e for e in found.changed if partition_of[e] % instances == mine},
-                              {e for e in found.gone if partition_of[e] % instances == mine})
+        def own(ids: Set[str]) -> Set[str]:
+            return {e for e in ids if partition_of[e] % instances == mine}
+
+        return head_log.Since(own(found.changed), own(found.gone), own(found.owed))
 
     wave_sim.SimVm.__init__, wave_sim.build = placed, numbered  # type: ignore[method-assign]
     EventReads._changed_since = own_changes  # type: ignore[method-assign]

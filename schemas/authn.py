@@ -12,7 +12,9 @@ the exact body bytes central receives):
   event of a key and then at most every `attach_every` seconds (0: on every event).
 
 The binding: the forwarder asks IMDS for `/metadata/attested/document?nonce=<nonce_for(pub)>`; Azure
-signs a document naming this VM's vmId and that nonce, so the key belongs to a process on that VM.
+signs a document naming this VM's vmId and that nonce, so the key belongs to a process on that VM. The
+document also names the VM's subscription: central holds the one an envelope's `vm.resourceId` names to it
+(`resource_id_subscription`), and the forwarder renews its document when they differ (the VM was moved).
 """
 
 from __future__ import annotations
@@ -57,3 +59,11 @@ def from_b64url(text: str) -> bytes:
     if not isinstance(text, str) or not text.isascii():
         raise ValueError("not base64url text")
     return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+
+
+def resource_id_subscription(resource_id: object) -> str:
+    """The subscription an ARM resource id names when it starts `/subscriptions/<id>/` (as IMDS gives a VM's
+    resourceId), else '': the one reading both sides agree on (central's policy, ARM owner and scopes all
+    read an id of this shape the same way)."""
+    parts = resource_id.split("/") if isinstance(resource_id, str) else []
+    return parts[2] if len(parts) > 3 and parts[0] == "" and parts[1].lower() == "subscriptions" else ""

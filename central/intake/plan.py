@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union, cast
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple, Union, cast
 
 from central.intake import alerts as ingest_alerts
 from central.intake import authz, downgrade
@@ -26,7 +26,6 @@ from central.model.times import iso
 from central.model.vms import VmState
 from central.policy.approval_results import apply_result  # a result's effect (shared with replays)
 from central.policy.decide import DONE_OUTCOMES
-from central.policy.matching import resource_id_part
 from central.store import log_rows as logrows
 from central.store.fleet_state import Changes, FleetState
 from central.telemetry import metrics
@@ -112,12 +111,8 @@ class Planner:
             plan.metrics.append(lambda t=env.type: metrics.envelope(t))
             vm = self._vm(plan, env, item.received)
             vm.signed_at = downgrade.signed_since(item.signed, vm.signed_at, item.received)
-            if item.signed and _other_subscription(vm.resource_id, env.vm.get("resourceId")):
-                # its subscription is the attested one (central.intake.authn): it replaces a resourceId bound
-                # in another (unsigned, before that check, or before Azure moved the VM). Within one
-                # subscription the resourceId stays as first seen: the resource group is not attested, and
-                # a VM must not move itself out of a PLATFORM_CONFIRM_SCOPES scope or another ARM owner
-                vm.resource_id = str(env.vm["resourceId"])
+            if item.signed:  # its resourceId's subscription is the attested one (central.intake.authn)
+                vm.follow_subscription(env.vm.get("resourceId"))
             if env.type == INCARNATION:
                 self._incarnation(plan, env, vm, item.received, now)
             elif env.type == HEARTBEAT:
@@ -361,11 +356,3 @@ class Planner:
                 )
             )
             plan.touched.add(rec.event_id)
-
-
-def _other_subscription(bound: str, claimed: Any) -> bool:
-    """`claimed` (a signed envelope's resourceId) names another subscription than the `bound` one."""
-    if not isinstance(claimed, str) or not claimed:
-        return False
-    return (resource_id_part(bound, "subscriptions").lower()
-            != resource_id_part(claimed, "subscriptions").lower())

@@ -25,8 +25,7 @@ import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from central.model.envelope import Envelope
-from central.model.owner import owner_of
-from central.policy.matching import resource_id_part
+from schemas import authn as wire
 
 log = logging.getLogger("central.sender")  # stable: docs and queries select on it
 
@@ -152,18 +151,12 @@ def properties_of(metadata: Optional[Mapping[str, Any]], count: int) -> Sequence
 
 
 def claimed_subscriptions(env: Envelope) -> List[str]:
-    """The subscriptions an envelope's VM block claims, each as what reads it sees it: its subscriptionId
-    (when given), and the one in its resourceId, which must be there and start the id
-    (`/subscriptions/<id>/...`: the policy's matching, the ARM owner and PLATFORM_CONFIRM_SCOPES' prefixes
-    then all read the same subscription; a genuine forwarder sends IMDS's resourceId, which does). A
-    resourceId that is missing or shaped otherwise is claimed as '' (a subscription no document names)."""
-    vm = env.vm
-    rid = vm.get("resourceId") if isinstance(vm.get("resourceId"), str) else ""
-    parts = rid.split("/")
-    canonical = len(parts) > 3 and parts[0] == "" and parts[1].lower() == "subscriptions" and parts[2] != ""
-    in_rid = parts[2] if canonical else ""
-    owner = owner_of(rid)
-    found = [in_rid, resource_id_part(rid, "subscriptions"), owner.subscription if owner else in_rid]
-    if vm.get("subscriptionId") is not None:
-        found.append(str(vm.get("subscriptionId")))
+    """The subscriptions an envelope's VM block claims: the one its resourceId names, which must start
+    `/subscriptions/<id>/` (schemas.authn.resource_id_subscription: then the policy's matching, the ARM
+    owner and PLATFORM_CONFIRM_SCOPES' prefixes all read that one; a genuine forwarder sends IMDS's
+    resourceId, which does; a missing or otherwise shaped one is claimed as '', which no document names),
+    and its subscriptionId when given."""
+    found = [wire.resource_id_subscription(env.vm.get("resourceId"))]
+    if env.vm.get("subscriptionId") is not None:
+        found.append(str(env.vm["subscriptionId"]))
     return list(dict.fromkeys(found))

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Dict, List, Optional
 
+from schemas import authn as wire
+
 
 @dataclass
 class VmState:
@@ -54,6 +56,15 @@ class VmState:
         self.zone = vm.get("zone") or ""
         self.update_tags(vm)
         self.group_tags = dict(self.tags)
+
+    def follow_subscription(self, resource_id: Any) -> None:
+        """A resourceId whose subscription Azure vouched for (a signed envelope's) replaces the bound one when
+        that names another subscription: bound unsigned, before the check, or before Azure moved the VM.
+        Within one subscription the resourceId stays as first seen: the resource group is not attested, and
+        a VM must not move itself out of a PLATFORM_CONFIRM_SCOPES scope or to another ARM owner."""
+        claimed = wire.resource_id_subscription(resource_id)
+        if claimed and claimed.lower() != wire.resource_id_subscription(self.resource_id).lower():
+            self.resource_id = str(resource_id)
 
     def update_tags(self, vm: Dict[str, Any]) -> None:
         """Tags can change on a VM; its name, scale set, placement group and zone cannot (central.names).

@@ -55,7 +55,6 @@ def accept_all(vm_id: str, body: Union[bytes, str], properties: Optional[Mapping
     return ""
 
 
-
 def parse(
     body: Union[bytes, str], received: datetime, gate: Gate, properties: Optional[Mapping[Any, Any]] = None
 ) -> Item:

@@ -61,7 +61,7 @@ class Head:
     """The head row as read (or written) with its ETag: its sequence and its logs."""
 
     def __init__(self, entity: Dict[str, Any], etag: Optional[str]) -> None:
-        self.entity, self.etag = entity, etag
+        self.etag = etag
         self.seq = int(plain(entity.get("Seq"), 0))
         self.log = read(entity)
         self.vms = read(entity, VMS_COLUMN)

@@ -39,6 +39,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from schemas import authn as wire
+
 from .. import logs
 from ..clock import iso
 from ..envelope import QUARANTINED, EnvelopeInvalid, sha256, validate
@@ -408,9 +410,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def claimed_subscription(envelopes: List[Dict[str, Any]]) -> str:
-    """The subscription the newest envelope's vm.resourceId names (`/subscriptions/<id>/...`, as IMDS gives
-    it), or '': what central holds the attested document to (central.intake.authn)."""
+    """The subscription the newest envelope's vm.resourceId names, or '': what central holds the attested
+    document to (central.intake.authn)."""
     vm = (envelopes[-1].get("data") or {}).get("vm") if envelopes else None
-    rid = vm.get("resourceId") if isinstance(vm, dict) else None
-    parts = rid.split("/") if isinstance(rid, str) else []
-    return parts[2] if len(parts) > 3 and parts[0] == "" and parts[1].lower() == "subscriptions" else ""
+    return wire.resource_id_subscription(vm.get("resourceId") if isinstance(vm, dict) else None)

@@ -77,10 +77,7 @@ def _claimed_subscription(body: bytes) -> str:
     """The subscription a body's data.vm names (subscriptionId, else the one in its resourceId), or ''."""
     try:
         vm = json.loads(body)["data"]["vm"]
-        rid = vm.get("resourceId")
-        parts = rid.strip("/").split("/") if isinstance(rid, str) else []
-        in_rid = parts[1] if len(parts) > 1 and parts[0].lower() == "subscriptions" else ""
-        return str(vm.get("subscriptionId") or "") or in_rid
+        return str(vm.get("subscriptionId") or "") or wire.resource_id_subscription(vm.get("resourceId"))
     except (ValueError, KeyError, TypeError, AttributeError):
         return ""
 

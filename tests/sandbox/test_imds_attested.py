@@ -113,3 +113,21 @@ def test_cache_answers_an_older_nonce(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert first["nonce"] == "first1" and second["nonce"] == "first1"
+
+
+def test_a_move_changes_the_subscription_documents_name_and_a_refused_move_changes_nothing(
+        sim: Tuple[processes.Server, Path]) -> None:
+    """POST /admin/vms/<name>/move (Azure's resource move): compute metadata and attested documents name the
+    new subscription; a move with one bad field is refused whole (a half-moved VM would have compute and
+    documents disagree)."""
+    server, _ = sim
+    before = admin(server, "GET", "/vms/vm1")
+    url = f"http://{processes.LOOPBACK}:{server.port}/admin/vms/vm1/move"
+    sub = "99999999-0000-0000-0000-000000000000"
+    refused = requests.post(url, json={"subscriptionId": sub, "resourceGroupName": ""}, timeout=10)
+    assert refused.status_code == 400 and admin(server, "GET", "/vms/vm1") == before
+    moved = admin(server, "POST", "/vms/vm1/move", {"subscriptionId": sub})
+    assert moved["vmId"] == before["vmId"] and moved["subscriptionId"] == sub
+    assert moved["resourceId"].startswith(f"/subscriptions/{sub}/resourceGroups/")
+    content, _ = signed(get(server, "vm1", nonce=REST_SPEC_NONCE).json())
+    assert content["subscriptionId"] == moved["subscriptionId"]
