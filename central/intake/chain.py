@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509 import verification
 from cryptography.x509.oid import AuthorityInformationAccessOID
@@ -70,7 +71,7 @@ def build(leaf: x509.Certificate, host: str, now: dt.datetime, roots: Sequence[S
     for cert, source in [*roots, *pool]:
         known.setdefault(cert.fingerprint(hashes.SHA256()), (cert, source))
     root_names = {c.subject for c, _ in roots}
-    missing = _walk(leaf, known, root_names, fetch)
+    missing = _walk(leaf, known, root_names, fetch, now)
     store = verification.Store([c for c, _ in roots])
     policy = (verification.PolicyBuilder().store(store).time(now.astimezone(dt.timezone.utc))
               .max_chain_depth(MAX_CHAIN_DEPTH))
@@ -87,17 +88,32 @@ def build(leaf: x509.Certificate, host: str, now: dt.datetime, roots: Sequence[S
     return Built(tuple(chain), sources)
 
 
+def can_issue(issuer: x509.Certificate, cert: x509.Certificate, now: dt.datetime) -> bool:
+    """`issuer` is valid at `now` and its key verifies `cert`'s signature. A known certificate of the right
+    name that cannot (an expired copy, a same-name renewal under another key: CAs are renewed under their
+    name) must not stop the AIA fetch of the one that can."""
+    at = now.astimezone(dt.timezone.utc)
+    if not issuer.not_valid_before_utc <= at <= issuer.not_valid_after_utc:
+        return False
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
 def _walk(leaf: x509.Certificate, known: Dict[bytes, Sourced], root_names: set,
-          fetch: Optional[Fetch]) -> str:
-    """Fetch issuers that are not known, level by level. Returns the CN of the first issuer that stays
-    missing ("" when every issuer name was found)."""
+          fetch: Optional[Fetch], now: dt.datetime) -> str:
+    """Fetch issuers that are not known (or known only in copies that cannot issue at `now`), level by
+    level. Returns the CN of the first issuer that stays missing ("" when every issuer was found)."""
     frontier, missing, fetches = [leaf], "", 0
     for _level in range(MAX_LEVELS):
         nxt: List[x509.Certificate] = []
         for cert in frontier:
             if cert.issuer == cert.subject or cert.issuer in root_names:
                 continue
-            issuers = [c for c, _ in known.values() if c.subject == cert.issuer and c is not cert]
+            issuers = [c for c, _ in known.values()
+                       if c.subject == cert.issuer and c is not cert and can_issue(c, cert, now)]
             if not issuers and fetch is not None:
                 for url in ca_issuers(cert)[:2]:
                     if fetches >= MAX_FETCHES:
@@ -109,6 +125,7 @@ def _walk(leaf: x509.Certificate, known: Dict[bytes, Sourced], root_names: set,
                         got = []
                     for c in got:
                         known.setdefault(c.fingerprint(hashes.SHA256()), (c, "fetched"))
+                    got = [c for c in got if can_issue(c, cert, now)]
                     if got:
                         issuers = got
                         break

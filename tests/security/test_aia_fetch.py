@@ -8,9 +8,10 @@ import datetime as dt
 import json
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
 
@@ -36,7 +37,7 @@ def _pki(base: str) -> Dict[str, object]:
     import base64
 
     return {"root": root.cert, "bridge": bridge.cert, "issuing": issuing.cert, "now": now,
-            "doc": base64.b64encode(der).decode()}
+            "doc": base64.b64encode(der).decode(), "issued": {"bridge": bridge, "issuing": issuing}}
 
 
 @pytest.fixture
@@ -79,6 +80,36 @@ def test_two_missing_levels_are_fetched_and_cached(served: Served) -> None:
     assert sorted(server.seen) == ["GET /certs/Issuing%20CA%2002.crt", "GET /certs/bridge.crt"]  # type: ignore
     attested.check_document(pki["doc"], _trust(pki, fetcher), pki["now"])  # type: ignore[arg-type]
     assert len(server.seen) == 2 and fetcher.fetched == 2  # type: ignore[attr-defined]
+
+
+def _expired_copy(cert: x509.Certificate, signer: Any, now: dt.datetime) -> x509.Certificate:
+    """`cert` as its CA issued it a year before `now`, for 30 days: the same name and key, expired."""
+    then = now - dt.timedelta(days=400)
+    builder = (x509.CertificateBuilder().subject_name(cert.subject).issuer_name(cert.issuer)
+               .public_key(cert.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(then).not_valid_after(then + dt.timedelta(days=30)))
+    for ext in cert.extensions:
+        builder = builder.add_extension(ext.value, ext.critical)
+    return builder.sign(signer.key, hashes.SHA256())
+
+
+def test_a_known_copy_that_cannot_issue_does_not_stop_the_fetch(served: Served) -> None:
+    """Shipped intermediates expire (Azure's G2 bridge in 2029) and CAs are renewed under their own name: a
+    known certificate of the issuer's name that has expired, or that holds another key, must not stop the
+    AIA fetch of the one that signed (before, any certificate of that name did: every document failed)."""
+    server, pki, _files = served
+    issued = pki["issued"]  # type: ignore[index]
+    now: dt.datetime = pki["now"]  # type: ignore[assignment]
+    stale = {"expired": _expired_copy(issued["issuing"].cert, issued["bridge"], now),
+             "another key": _issue("AIA Test Issuing CA 02", issued["bridge"], True, now, 30).cert}
+    fetcher = aia.AiaFetcher(hosts=["127.0.0.1"])
+    for what, copy in stale.items():
+        base = _trust(pki, fetcher)
+        trust = attested.TrustConfig(base.roots, (copy,), base.domains, fetch=fetcher,
+                                     sources={copy.fingerprint(hashes.SHA256()): "shipped"})
+        found = attested.check_document(pki["doc"], trust, now)  # type: ignore[arg-type]
+        assert found.chain[1] == pki["issuing"] and found.sources[1] == "fetched", what
+    assert "GET /certs/Issuing%20CA%2002.crt" in server.seen  # type: ignore[attr-defined]
 
 
 def test_offline_or_not_allowlisted_is_a_trust_failure_naming_the_issuer(
