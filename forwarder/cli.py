@@ -141,10 +141,19 @@ def _usage(message: str) -> int:
 
 
 def _operator() -> str:
-    """Who runs `approve`: the user behind sudo if any, else the login user."""
-    import getpass
+    """Who runs `approve`: the session's login name (behind sudo too: the terminal's user), else the
+    account the process runs as. Never SUDO_USER, USER or LOGNAME: a caller sets those to anything. (Still
+    the VM's word: central records it as the VM's, log_rows.result_decider.)"""
+    try:
+        return os.getlogin()
+    except OSError:  # no controlling terminal (a script, ssh without a tty)
+        pass
+    try:
+        import pwd  # (POSIX; os.getlogin answers on Windows)
 
-    return os.environ.get("SUDO_USER") or getpass.getuser()
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid:{os.getuid()}" if hasattr(os, "getuid") else "unknown"
 
 
 def approve(config: Config, event_id: str, hook: bool, user: str) -> int:

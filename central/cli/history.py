@@ -16,6 +16,7 @@ from central.model.events import EventRecord
 from central.model.times import aware, parse
 from central.model.vms import VmState
 from central.policy.decide import DONE_OUTCOMES, REFUSED_OUTCOMES
+from central.store.log_rows import vm_decider
 
 from .whatif import PastEvent
 
@@ -123,7 +124,8 @@ def fold(envelopes: Iterable[Tuple[Dict[str, Any], datetime]]) -> History:
             incarnations[vm_id] = inc if isinstance(inc, int) else incarnations.get(vm_id, -1)
             _apply_document(data.get("document") or {}, vm_id, name, at, records, started, listed)
         elif kind == APPROVAL_RESULT and data.get("outcome") in DONE_OUTCOMES:
-            approved.setdefault(str(data.get("eventId")), (at, str(data.get("decidedBy") or f"vm:{name}")))
+            # the VM's word, recorded as one (an export holds no record of what central sent)
+            approved.setdefault(str(data.get("eventId")), (at, vm_decider(name, data.get("decidedBy"))))
         elif kind == APPROVAL_RESULT and data.get("outcome") in REFUSED_OUTCOMES:
             refused.setdefault(str(data.get("eventId")), (at, str(data["outcome"])))
         # completed / post-hook-failed: the forwarder's end-of-event report, never an approval

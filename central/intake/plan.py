@@ -334,9 +334,10 @@ class Planner:
         if problem:
             plan.refusals.append({"path": "/data", "message": problem})
             return
-        plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
         message_id = d.get("messageId")
         attempt = next((a for a in rec.approvals if message_id and a.message_id == message_id), None)
+        decided_by = attempt.decided_by if attempt else ""  # central's record, not what the VM wrote
+        plan.log_rows.append(("Decisions", logrows.result_entity(env, now, decided_by)))
         fresh = attempt is not None and attempt.result in (None, "timeout", "event-started")
         decision = apply_result(rec, d, env.vm_name, now)
         if fresh and attempt is not None:

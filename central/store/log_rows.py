@@ -139,8 +139,23 @@ def shadow_entity(event_id: str, event_type: str, seq: int, verdict: Dict[str, A
     return entity
 
 
-def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
-    """An approval result envelope, logged in Decisions beside the decision it answers."""
+def result_decider(env: Envelope, decided_by: str = "") -> str:
+    """Who decided what an approval result reports. `decided_by`: central's own record of the attempt the
+    result answers (a sign-in's or the policy's name), when it answers one. Otherwise only the VM's word is
+    known: "vm:<name>", then what it says in brackets (a forwarder's local approval, or anything a VM
+    writes): never a bare "operator:..." a VM could pass off as a signed-in person."""
+    return decided_by or vm_decider(env.vm_name, env.data.get("decidedBy"))
+
+
+def vm_decider(vm_name: str, claim: object) -> str:
+    """"vm:<name>", and what the VM says decided, in brackets: a VM's word, recorded as one."""
+    said = str(claim or "")[:200]
+    return f"vm:{vm_name} ({said})" if said else f"vm:{vm_name}"
+
+
+def result_entity(env: Envelope, now: datetime, decided_by: str = "") -> Dict[str, Any]:
+    """An approval result envelope, logged in Decisions beside the decision it answers (`decided_by`: see
+    result_decider)."""
     d = env.data
     entity = {
         "PartitionKey": day(env.time),
@@ -151,7 +166,7 @@ def result_entity(env: Envelope, now: datetime) -> Dict[str, Any]:
         "Rule": "",
         "Reason": str(d.get("reason", ""))[:4000],
         "Severity": "info",
-        "DecidedBy": d.get("decidedBy") or "",
+        "DecidedBy": result_decider(env, decided_by),
         "LeaderVmId": env.vm_id,
         "LeaderVmName": env.vm_name,
         "MessageId": d.get("messageId") or "",

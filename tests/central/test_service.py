@@ -513,3 +513,28 @@ def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
     assert len(env.messages(b.vm_id)) == 1
 
 
+
+
+def test_who_decided_an_approval_result_is_centrals_record_or_the_vms_word_never_a_vm_written_name(
+        env: Env, hook: Hook) -> None:
+    """"Who acted" comes from a sign-in, never from what a caller writes: a result answering central's
+    message records the decider central sent it with, whatever the VM echoes; a result central sent nothing
+    for (a local approval on the VM) records the VM, with what it says in brackets, never a bare
+    "operator:..." that a VM could pass off as a signed-in person."""
+    svc = env.service()
+    a, b = Vm("vm-a"), Vm("vm-b")
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),
+                      body(a.incarnation_env([event("E-sent", ["vm-a"])])),
+                      body(b.incarnation_env([event("E-local", ["vm-b"], "Freeze")]))], now=T0)
+    (msg,) = env.messages(a.vm_id)
+    echoed = a.result("E-sent", "approved", msg["messageId"], at=T0 + timedelta(seconds=3))
+    echoed["data"]["decidedBy"] = "operator:mallory@contoso.com (00000000-0000-0000-0000-000000000001)"
+    local = b.result("E-local", "approved", None, at=T0 + timedelta(seconds=3))
+    local["data"]["decidedBy"] = "operator:alice@contoso.com (00000000-0000-0000-0000-000000000002)"
+    svc.handle_batch([body(echoed), body(local)], now=T0 + timedelta(seconds=4))
+    deciders = {r["EventId"]: r["DecidedBy"] for r in env.rows("Decisions") if r["Action"] == "result"}
+    assert deciders["E-sent"] == msg["decidedBy"] and not msg["decidedBy"].startswith("operator:")
+    assert deciders["E-local"] == ("vm:vm-b (operator:alice@contoso.com "
+                                   "(00000000-0000-0000-0000-000000000002))")
+    history = svc.event("E-local", now=T0 + timedelta(seconds=5))["decisions"]  # GET /api/events/{id}
+    assert [h["decidedBy"] for h in history if h["action"] == "result"] == [deciders["E-local"]]

@@ -112,7 +112,7 @@ def test_the_preempt_is_approved_locally(demo: Dict[str, Any]) -> None:
     row = _event_row(demo, preempt["eventId"])
     assert get_json(row, "Approvals", []) == []  # central held it; nothing was sent
     assert [(r["LeaderVmName"], r["DecidedBy"]) for r in _results(demo, preempt["eventId"], "approved")] == [
-        ("vm-c", "local:fastpath")]
+        ("vm-c", "vm:vm-c (local:fastpath)")]
     runs = _hooks(demo, preempt["eventId"])
     assert [(h["vm"], h["what"]) for h in runs] == [("vm-c", "start"), ("vm-c", "end")]
     assert runs[1]["t"] <= post["t"]

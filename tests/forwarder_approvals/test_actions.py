@@ -250,18 +250,25 @@ def _cli(sim: ImdsSimulator, rig: Rig, *args: str) -> subprocess.CompletedProces
                            "--imds-url", sim.vm_url("vm0"), "--state-dir", str(rig.state_dir),
                            "--hook-dir", str(rig.hook_dir), "--config", str(rig.state_dir / "none.json")],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "SUDO_USER": "alice"})
+                          env={"PATH": "/usr/bin:/bin", "SUDO_USER": "alice", "USER": "ceo",
+                               "LOGNAME": "ceo"})
 
 
 def test_cli_approve_posts_and_reports(rig: Rig, sim: ImdsSimulator) -> None:
+    """Who approved is the session's login (or the process's account), not SUDO_USER / USER / LOGNAME,
+    which the caller sets (here SUDO_USER=alice, USER=ceo, LOGNAME=ceo)."""
+    from forwarder.cli import _operator
+
     (rig.state_dir / "none.json").write_text("{}")
     event_id = _event(rig)
     done = _cli(sim, rig, event_id)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["outcome"] == "approved" and report["decidedBy"] == "operator:alice" and report["reported"]
+    who = f"operator:{_operator()}"
+    assert who not in ("operator:alice", "operator:ceo")
+    assert report["outcome"] == "approved" and report["decidedBy"] == who and report["reported"]
     assert len(rig.posts()) == 1
-    assert [r["data"]["decidedBy"] for r in rig.results()] == ["operator:alice"]
+    assert [r["data"]["decidedBy"] for r in rig.results()] == [who]
     again = _cli(sim, rig, event_id)  # already approved: same checks refuse, nothing POSTed
     assert again.returncode == 7 and len(rig.posts()) == 1
 
