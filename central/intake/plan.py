@@ -84,6 +84,12 @@ class Plan:
     def count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
 
+    def quarantined(self, origin: str, vm_id: str) -> None:
+        """Counted and logged once the commit made it true; logged with the batch's other quarantines
+        (metrics.quarantine_lines: a flood is a few records, not one per envelope)."""
+        self.metrics.append(lambda: metrics.quarantine(origin))
+        self.markers.append((logging.WARNING, metrics.QUARANTINE_MARKER, (origin, vm_id)))
+
 
 class Planner:
     def __init__(self, state: FleetState, raised: Mapping[str, None],
@@ -297,7 +303,7 @@ class Planner:
 
     def _quarantine(self, plan: Plan, bad: BadEnvelope, now: datetime) -> None:
         plan.count("quarantined")
-        plan.metrics.append(lambda: metrics.quarantine("central", bad.vm_id or ""))
+        plan.quarantined("central", bad.vm_id or "")
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.quarantined(bad, now))
         if "trustIssuer" in bad.extra:
@@ -307,7 +313,7 @@ class Planner:
 
     def _forwarder_quarantine(self, plan: Plan, env: Envelope, now: datetime) -> None:
         plan.count("quarantined")
-        plan.metrics.append(lambda: metrics.quarantine("forwarder", env.vm_id))
+        plan.quarantined("forwarder", env.vm_id)
         entity = logrows.quarantine_forwarder(env, now)
         plan.log_rows.append(("Quarantine", entity))
         plan.changes.alerts.append(ingest_alerts.forwarder_quarantined(env, entity["Sha256"], now))
@@ -318,7 +324,7 @@ class Planner:
         problems, plan.refusals = plan.refusals[:20], []
         bad = bad_from(json.dumps(env.raw), problems, env, verified=True)
         plan.count("refused")
-        plan.metrics.append(lambda: metrics.quarantine("central", env.vm_id))
+        plan.quarantined("central", env.vm_id)
         plan.log_rows.append(("Quarantine", logrows.quarantine_central(bad, now)))
         plan.changes.alerts.append(ingest_alerts.refused(env, problems, bad.sha256, now))
         log.warning("refused from %s (%s): %s", env.vm_name, env.vm_id, problems[0]["message"])

@@ -31,7 +31,6 @@ from central.model.events import RANK, EventRecord
 from central.model.times import iso
 from central.store import log_rows as logrows
 from central.store.fleet_state import FleetState
-from central.telemetry import metrics
 
 log = logging.getLogger("central.ingest")
 GRID_IDS_KEPT = 20  # Event Grid ids remembered per event (a redelivery is recognised durably)
@@ -45,7 +44,7 @@ def plan_platform(state: FleetState, items: List[Tuple[Parsed, datetime]], now: 
     for parsed, received in items:
         if isinstance(parsed, BadEnvelope):
             plan.count("quarantined")
-            plan.metrics.append(lambda: metrics.quarantine("platform", ""))
+            plan.quarantined("platform", "")
             plan.log_rows.append(("Quarantine", logrows.quarantine_central(parsed, now)))
             plan.changes.alerts.append(_quarantined(parsed, now))
             continue

@@ -295,12 +295,14 @@ class Ingest:
             self.remember_raised(alert.key)
         for table, entity in plan.log_rows:
             self.logs.stage(table, entity)
-        beats = [args for _, fmt, args in plan.markers if fmt == metrics.HEARTBEAT_MARKER]
+        many_per_line = (metrics.HEARTBEAT_MARKER, metrics.QUARANTINE_MARKER)
         for level, fmt, args in plan.markers:
-            if fmt != metrics.HEARTBEAT_MARKER:
+            if fmt not in many_per_line:
                 log.log(level, fmt, *args)
-        for line in metrics.heartbeat_lines(beats):  # many VMs per line (one billed record)
+        # many VMs per line (one billed record)
+        for line in metrics.heartbeat_lines([a for _, f, a in plan.markers if f == metrics.HEARTBEAT_MARKER]):
             log.info("%s", line)
+        metrics.log_quarantines([a for _, f, a in plan.markers if f == metrics.QUARANTINE_MARKER])
         for record in plan.metrics:  # recorded once the commit made them true (a replan never counts twice)
             record()
         for name, n in plan.counts.items():

@@ -40,7 +40,8 @@ METRIC_NAMES = (ENVELOPES, QUARANTINES, DECISIONS, APPROVALS, ALERTS, STORE_ERRO
 # Log markers: one line per fact, `se.<what> key=value ...` (values never contain spaces).
 DECISION_MARKER = "se.decision eventId=%s eventType=%s action=%s rule=%s state=%s"
 APPROVAL_MARKER = "se.approval eventId=%s eventType=%s outcome=%s vmId=%s latencySeconds=%s"
-QUARANTINE_MARKER = "se.quarantined origin=%s vmId=%s"
+QUARANTINE_MARKER = "se.quarantined origin=%s vmId=%s count=%d"
+QUARANTINES_PER_LINE = 100  # VMs named in one `se.quarantined` line (each with its count in the batch)
 ALERT_MARKER = "se.alert kind=%s outcome=%s"
 STORE_ERROR_MARKER = "se.store_error operation=%s"
 OPERATOR_MARKER = "se.operator eventId=%s action=%s operator=%s reason=%s"  # the reason (last) has spaces
@@ -126,9 +127,8 @@ class CentralMetrics:
     def envelope(self, envelope_type: str) -> None:
         self._envelopes.add(1, {"type": envelope_kind(envelope_type)})
 
-    def quarantine(self, origin: str, vm_id: str = "") -> None:
+    def quarantine(self, origin: str) -> None:
         self._quarantines.add(1, {"origin": self._origin(origin)})
-        log.warning(QUARANTINE_MARKER, _word(origin), _word(vm_id))
 
     def decision(self, action: str, rule: str, *, event_id: str, event_type: str, state: str) -> None:
         self._decisions.add(1, {"action": self._action(action), "rule": self._rule(rule)})
@@ -255,8 +255,34 @@ def envelope(envelope_type: str) -> None:
     _active.envelope(envelope_type)
 
 
-def quarantine(origin: str, vm_id: str = "") -> None:
-    _active.quarantine(origin, vm_id)
+def quarantine(origin: str) -> None:
+    """Count one quarantined envelope (its `se.quarantined` line: quarantine_lines, once per batch)."""
+    _active.quarantine(origin)
+
+
+def log_quarantines(entries: List[Tuple[str, str]]) -> None:
+    """quarantine_lines, logged (WARNING)."""
+    for line in quarantine_lines(entries):
+        log.warning("%s", line)
+
+
+def quarantine_lines(entries: List[Tuple[str, str]]) -> List[str]:
+    """`se.quarantined` lines for (origin, vmId) entries, one entry per envelope quarantined in a batch: per
+    origin, each VM once with its count, QUARANTINES_PER_LINE VMs per line. A flood of refused envelopes (a
+    trust failure fleet-wide, or forgeries from anything that may send to the hub) is then a few records a
+    batch, not one per envelope, whoever sends them; the Quarantine table keeps each envelope."""
+    counts: Dict[str, Dict[str, int]] = {}
+    for origin, vm_id in entries:
+        per_vm = counts.setdefault(_word(origin), {})
+        per_vm[_word(vm_id)] = per_vm.get(_word(vm_id), 0) + 1
+    fields = QUARANTINE_MARKER.split(" ", 2)[2]
+    lines = []
+    for origin, per_vm in counts.items():
+        vms = list(per_vm.items())
+        for i in range(0, len(vms), QUARANTINES_PER_LINE):
+            lines.append(f"se.quarantined origin={origin} " + " ".join(
+                fields % (vm_id, n) for vm_id, n in vms[i:i + QUARANTINES_PER_LINE]))
+    return lines
 
 
 def decision(action: str, rule: str, *, event_id: str, event_type: str, state: str) -> None:

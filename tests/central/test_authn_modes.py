@@ -5,8 +5,9 @@ view (se-fleet status). A bad mode is one actionable line at start."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
-from typing import Optional
+from typing import Dict, Optional
 
 import pytest
 
@@ -109,3 +110,24 @@ def test_off_warns_at_start_and_shows_in_health_and_fleet(env: Env, caplog: pyte
 def test_a_bad_mode_is_one_line_at_start(env: Env) -> None:
     with pytest.raises(SettingsError, match="AUTHN_MODE must be one of required, preferred, off"):
         CentralService.from_settings(env.settings(AUTHN_MODE="maybe"))
+
+
+def test_a_flood_of_refused_envelopes_logs_a_line_per_batch_not_per_envelope(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """Anything that may send to the hub can send unsigned envelopes naming any vmIds: each is quarantined
+    (a row each), but the log (billed per record) gets one `se.quarantined` line for the batch, each VM
+    with its count, which the workbook's query sums."""
+    svc = CentralService.from_settings(env.settings(AUTHN_TRUST_PEM=SIGNER.trust_pem))
+    vms = [Vm(f"vm{i}") for i in range(100)]
+    bodies = [body(vm.heartbeat(at=T0)) for vm in vms]
+    bodies.append(body(vms[0].heartbeat(at=T0 + timedelta(seconds=1))))
+    with caplog.at_level(logging.INFO):
+        result = svc.handle_batch(bodies, now=T0, properties=[{}] * len(bodies))
+    assert result.quarantined == 101 and len(env.rows("Quarantine")) == 101
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("se.quarantined ")]
+    # (one line per commit: a VM's second envelope goes in the batch's next segment)
+    assert len(lines) == 2 and all(line.startswith("se.quarantined origin=central vmId=") for line in lines)
+    counts: Dict[str, int] = {}
+    for vm_id, n in re.findall(r"vmId=(\S+) count=([0-9]+)", " ".join(lines)):
+        counts[vm_id] = counts.get(vm_id, 0) + int(n)
+    assert counts == {vm.vm_id: (2 if vm is vms[0] else 1) for vm in vms}

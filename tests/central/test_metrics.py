@@ -44,7 +44,8 @@ def test_a_demo_like_run_emits_the_documented_names_and_attributes(
         for kind in ["scheduledevents.heartbeat.v1"] * 3 + ["scheduledevents.incarnation.v1",
                                                            "scheduledevents.approvalresult.v1", "invalid"]:
             metrics.envelope(kind)
-        metrics.quarantine("central", vm_id="vm-1")
+        metrics.quarantine("central")
+        metrics.log_quarantines([("central", "vm-1")])
         metrics.decision("approve", "default:short-freeze", event_id="E1", event_type="Freeze",
                          state="approving")
         metrics.decision("hold", "short-notice-on-vm", event_id="E2", event_type="Preempt", state="held")
@@ -83,7 +84,7 @@ def test_a_demo_like_run_emits_the_documented_names_and_attributes(
             "state=approving") in lines
     assert "se.approval eventId=E1 eventType=Freeze outcome=confirmed vmId=vm-1 latencySeconds=3.000" in lines
     assert "se.approval eventId=E3 eventType=Reboot outcome=failed vmId=vm-3 latencySeconds=-" in lines
-    assert "se.quarantined origin=central vmId=vm-1" in lines
+    assert "se.quarantined origin=central vmId=vm-1 count=1" in lines
     assert "se.alert kind=outbox-dropped outcome=failed" in lines
 
 

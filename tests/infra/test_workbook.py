@@ -139,7 +139,7 @@ def recorded() -> Iterator[Dict[str, Set[str]]]:
     try:
         logging.getLogger("central.metrics").disabled = True
         metrics.envelope("scheduledevents.heartbeat.v1")
-        metrics.quarantine("forwarder", "vm")
+        metrics.quarantine("forwarder")
         metrics.decision("approve", "r", event_id="E", event_type="Freeze", state="approving")
         metrics.approval_sent(event_id="E", event_type="Freeze", vm_id="v", first_seen=t0, sent_at=t0)
         metrics.approval_result(True, event_id="E", event_type="Freeze", vm_id="v", sent_at=t0,
@@ -189,7 +189,8 @@ def test_the_real_marker_lines_match_the_queries(caplog: pytest.LogCaptureFixtur
                              event_type="Reboot", state="waiting-window")
             metrics.approval_sent(event_id="C7061BAC-AFDC", event_type="Reboot", vm_id="02aab8a4-74ef",
                                   first_seen=t0, sent_at=t0 + timedelta(seconds=2.5))
-            metrics.quarantine("forwarder", "02aab8a4-74ef")
+            metrics.quarantine("forwarder")
+            metrics.log_quarantines([("forwarder", "02aab8a4-74ef"), ("forwarder", "02aab8a4-74ef")])
             metrics.alert("outbox-dropped", "failed")
     finally:
         metrics.restore(previous)
