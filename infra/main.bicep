@@ -180,6 +180,13 @@ param reevaluateSchedule string = '0 */1 * * * *'
 @description('Seconds the elected leader VM has to report an approval result before central fails over to another.')
 param approvalResultTimeoutSeconds int = 120
 
+@minValue(10)
+@description('Seconds the leader VM has for a hook-then-approve attempt (its pre-approve hook, e.g. a drain, runs first) before central fails over: the forwarder\'s hook_timeout (300) plus a minute. Raise both together.')
+param approvalHookResultTimeoutSeconds int = 360
+
+@description('api-version of the Microsoft.Maintenance scheduledevents acknowledge calls (the ARM approval path): 2025-11-01 is the stable one; 2025-10-01-preview for a region that lags. A parameter, so that a switch survives the next deployment.')
+param armApiVersion string = '2025-11-01'
+
 @minValue(30)
 @description('A forwarder counts as live (can be elected leader) if central heard from it within this many seconds.')
 param leaderLivenessSeconds int = 300
@@ -488,6 +495,8 @@ module functionApp 'app/function.bicep' = {
     tablePrefix: tablePrefix
     reevaluateSchedule: reevaluateSchedule
     approvalResultTimeoutSeconds: approvalResultTimeoutSeconds
+    approvalHookResultTimeoutSeconds: approvalHookResultTimeoutSeconds
+    armApiVersion: armApiVersion
     leaderLivenessSeconds: leaderLivenessSeconds
     heartbeatMissingMinutes: heartbeatMissingMinutes
     alertMaxAttempts: alertMaxAttempts

@@ -70,6 +70,13 @@ def arm_owner(event: EventRecord, vms: Sequence[VmState]) -> Optional[Owner]:
     return None
 
 
+def arm_refused(event: EventRecord) -> bool:
+    """ARM refused an approval of this event (most often: central's identity lacks Scheduled Events
+    Contributor, which only the platform feed's install grants). It is not asked again unless an operator
+    asks: the forwarders of the VMs that reported the event carry the next attempts."""
+    return any(a.via == "arm" and (a.result or "").startswith("arm-") for a in event.approvals)
+
+
 def agentless(event: EventRecord, vms: Sequence[VmState]) -> bool:
     """Known from the platform feed only: no VM it names has a forwarder central knows."""
     return bool(event.platform) and not vms

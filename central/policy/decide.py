@@ -22,7 +22,7 @@ from central.model.owner import Owner
 from central.model.times import iso
 from central.model.vms import VmState
 
-from .arm_route import agentless, arm_owner, platform_vms
+from .arm_route import agentless, arm_owner, arm_refused, platform_vms
 from .budgets import Budget, BudgetBlock
 from .document import Policy, window_wait
 from .fleet_view import WAITING_BUDGET, FleetView
@@ -51,6 +51,8 @@ OPERATOR_RULE = "operator"  # the rule of every operator decision; decidedBy say
 @dataclass(frozen=True)
 class DecideConfig:
     result_timeout: timedelta = timedelta(seconds=120)  # APPROVAL_RESULT_TIMEOUT_SECONDS
+    # APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS: a hook-then-approve attempt's (the leader drains first)
+    hook_result_timeout: timedelta = timedelta(seconds=360)
     liveness: timedelta = timedelta(seconds=300)  # LEADER_LIVENESS_SECONDS
     policy_error: str = ""  # the invalid POLICY_JSON's errors, when the fallback policy runs
     witness: WitnessRules = field(default_factory=WitnessRules)  # what each witness's word counts for
@@ -118,7 +120,8 @@ def _by_policy(
     rule = policy.rule_for(event.event_type, event.event_source, event.duration, vms)
     by = f"policy:{rule.name}"
     last = event.approvals[-1] if event.approvals else None
-    failover = timed_out or (last is not None and last.result in ("timeout", "post-failed"))
+    failover = timed_out or (last is not None and (last.result in ("timeout", "post-failed")
+                                                   or (last.via == "arm" and arm_refused(event))))
     if rule.action == "hold":
         why = ("policy invalid: " + config.policy_error[:500]) if config.policy_error else "policy holds it"
         return Verdict(
@@ -207,7 +210,8 @@ def approval(
     out = event.outstanding
     timed = {out.vm_id} if timed_out and out is not None else frozenset()
     leader = elect(event, fleet.vms_by_name, now, config.liveness, timed)
-    if via_arm or leader is None or not fresh(event, leader, timed):
+    # ARM when no named VM's forwarder is left to try first; never again once it refused (see arm_refused)
+    if via_arm or (not arm_refused(event) and (leader is None or not fresh(event, leader, timed))):
         owner = arm_owner(event, fleet.vms_of(event))
         if owner is not None:
             return _through_arm(event, fleet, owner, now, config, msg_action, by, why, action, severity,
@@ -226,7 +230,7 @@ def approval(
             timed_out=timed_out,
             alert="no-leader",
         )
-    expires = _expiry(event, now, config)
+    expires = _expiry(event, now, config, msg_action)
     if expires is None:
         return Verdict("record", action, "expired", rule, "too close to NotBefore to send an approval",
                        "info", by, timed_out=timed_out)
@@ -278,9 +282,15 @@ def _rule(by: str) -> str:
     return OPERATOR_RULE if by.startswith(HAND_DECIDERS) else by.split(":", 1)[-1]
 
 
-def _expiry(event: EventRecord, now: datetime, config: DecideConfig) -> Optional[datetime]:
-    """When the next attempt expires: the result timeout, never past NotBefore; None when under a second."""
-    expires = now + config.result_timeout
+def _expiry(event: EventRecord, now: datetime, config: DecideConfig,
+            msg_action: str = "approve") -> Optional[datetime]:
+    """When the next attempt expires: the result timeout (the longer hook one when the leader runs its
+    pre-approve hook first: a drain the forwarder's hook_timeout allows must not finish after its message
+    expired, and the next leader drain too), never past NotBefore; None when under a second."""
+    timeout = config.result_timeout
+    if msg_action == "hook-then-approve":
+        timeout = max(timeout, config.hook_result_timeout)
+    expires = now + timeout
     if event.not_before is not None:
         expires = min(expires, event.not_before)
     return expires if (expires - now).total_seconds() >= 1 else None

@@ -183,8 +183,13 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
         rec.outcome, rec.outcome_at, rec.outcome_vm = "approved", now, attempt.vm_name
         return None
     why = f"ARM refused the approval at {owner_label(attempt)}: HTTP {ack.status} {ack.code} {ack.message}"
-    decision = record(rec, Verdict("record", "approval-failed", "approval-failed", "arm", why.strip()[:1000],
-                                   "critical", "central:arm"), now)
+    # a forwarder reported it: its VMs' queues carry the next attempt (decide goes round them; ARM is not
+    # asked again). Only an event no forwarder ever reported has nothing left.
+    carried = bool(rec.reported_by)
+    then = "; the next attempt goes through the forwarders of the VMs that reported it" if carried else ""
+    decision = record(rec, Verdict("record", "arm-refused" if carried else "approval-failed",
+                                   "approving" if carried else "approval-failed", "arm",
+                                   (why.strip() + then)[:1000], "critical", "central:arm"), now)
     key = f"{rec.event_id}:arm-refused"
     if not any(a.get("key") == key for a in rec.pending_alerts):
         hint = (" The Function app's identity needs the role Scheduled Events Contributor "
@@ -192,8 +197,10 @@ def settle(rec: EventRecord, attempt_no: int, ack: Ack, now: datetime) -> Option
                 if ack.status in (401, 403) else "")
         rec.pending_alerts.append(Alert(
             key, "arm-refused", "critical", f"{rec.event_type} {rec.event_id}: ARM refused the approval",
-            f"{why.strip()[:1500]}.{hint} The event starts at NotBefore "
-            f"({iso(rec.not_before) if rec.not_before else '?'}).",
+            f"{why.strip()[:1500]}.{hint} "
+            + ("Central goes on through the forwarders of the VMs that reported it, and does not ask ARM "
+               "again." if carried else
+               f"The event starts at NotBefore ({iso(rec.not_before) if rec.not_before else '?'})."),
             now, rec.event_id, rec.status,
             facts={"owner": owner_label(attempt), "status": ack.status, "code": ack.code},
             next_try=now + ALERT_LEASE).to_json())

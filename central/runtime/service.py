@@ -79,6 +79,7 @@ class CentralService:
                 self.shadow_error = str(exc)
         self.config = DecideConfig(
             result_timeout=timedelta(seconds=settings.result_timeout),
+            hook_result_timeout=timedelta(seconds=settings.hook_result_timeout),
             liveness=timedelta(seconds=settings.liveness),
             policy_error=str(self.policy_error or ""),
             witness=WitnessRules(timedelta(seconds=settings.report_grace), settings.claims_per_hour,

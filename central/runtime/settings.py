@@ -72,6 +72,7 @@ class CentralSettings:
     webhook_format: str = "generic"
     table_prefix: str = ""
     result_timeout: float = 120.0  # APPROVAL_RESULT_TIMEOUT_SECONDS
+    hook_result_timeout: float = 360.0  # APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS
     liveness: float = 300.0  # LEADER_LIVENESS_SECONDS
     alert_attempts: int = 3  # ALERT_MAX_ATTEMPTS
     alert_backoff: float = 0.5  # ALERT_BACKOFF_SECONDS
@@ -105,6 +106,8 @@ class CentralSettings:
             table_prefix=prefix,
             # under a second no approval is ever sent; a liveness of 0 makes every VM silent (no leader)
             result_timeout=_number(s, "APPROVAL_RESULT_TIMEOUT_SECONDS", 120.0, least=1.0),
+            # the forwarder's hook_timeout (300 s) and a POST: a drain the forwarder allows is not wasted
+            hook_result_timeout=_number(s, "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS", 360.0, least=1.0),
             liveness=_number(s, "LEADER_LIVENESS_SECONDS", 300.0, least=1.0),
             alert_attempts=max(1, int(_number(s, "ALERT_MAX_ATTEMPTS", 3))),
             alert_backoff=_number(s, "ALERT_BACKOFF_SECONDS", 0.5),

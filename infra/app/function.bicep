@@ -74,6 +74,13 @@ param reevaluateSchedule string
 @minValue(10)
 param approvalResultTimeoutSeconds int
 
+@description('Seconds the leader VM has for a hook-then-approve attempt before central fails over.')
+@minValue(10)
+param approvalHookResultTimeoutSeconds int
+
+@description('api-version of the Microsoft.Maintenance scheduledevents acknowledge calls.')
+param armApiVersion string
+
 @description('Minutes without a heartbeat after which the heartbeats-missing alert fires: central logs each VM\'s heartbeat marker twice per window.')
 @minValue(5)
 @maxValue(1440)
@@ -135,7 +142,7 @@ var appSettingValues = {
   EVENTHUB_CONSUMER_GROUP: consumerGroupName
   PLATFORM_EVENTHUB_NAME: platformEventHubName
   ARM_ENDPOINT: environment().resourceManager
-  ARM_API_VERSION: '2025-11-01'
+  ARM_API_VERSION: armApiVersion
   REPORT_GRACE_SECONDS: '120'
   CLAIMS_COUNTED_PER_HOUR: '4'
   PLATFORM_CONFIRM_SCOPES: platformConfirmScopes
@@ -155,6 +162,7 @@ var appSettingValues = {
   TABLE_PREFIX: tablePrefix
   REEVALUATE_SCHEDULE: reevaluateSchedule
   APPROVAL_RESULT_TIMEOUT_SECONDS: string(approvalResultTimeoutSeconds)
+  APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS: string(approvalHookResultTimeoutSeconds)
   LEADER_LIVENESS_SECONDS: string(leaderLivenessSeconds)
   ALERT_MAX_ATTEMPTS: string(alertMaxAttempts)
   ALERT_BACKOFF_SECONDS: alertBackoffSeconds

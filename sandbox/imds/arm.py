@@ -10,7 +10,9 @@ fabric, exactly as an IMDS POST StartRequests does.
 A bearer token is required: a JWT whose `aud` is ARM's and which has not expired (the sandbox's managed
 identity tokens are unsigned, so the signature is not checked). `kind` must own the event: the VM for a
 standalone VM, its scale set for a scale set's instances. POST /admin/arm {"throttle": N, "retryAfter": S}
-makes the next N calls answer 429 with Retry-After S; GET /admin/arm lists the calls made (kind, name, ids,
+makes the next N calls answer 429 with Retry-After S; {"denied": true} makes every call answer 403
+AuthorizationFailed, what ARM answers an identity without Scheduled Events Contributor (a deployment without
+the platform feed, whose install grants it); GET /admin/arm lists the calls made (kind, name, ids,
 at, status).
 """
 
@@ -44,6 +46,7 @@ class ArmStandIn:
         self._lock = threading.Lock()
         self.throttle = 0
         self.retry_after = 1.0
+        self.denied = False  # every call: 403 AuthorizationFailed (the identity lacks the role)
         self.calls: List[Dict[str, Any]] = []  # what was asked (for tests)
 
     def configure(self, doc: Any) -> Response:
@@ -52,8 +55,9 @@ class ArmStandIn:
         with self._lock:
             self.throttle = int(doc.get("throttle", 0))
             self.retry_after = float(doc.get("retryAfter", 1.0))
+            self.denied = bool(doc.get("denied", False))
         return json_response(200, {"throttle": self.throttle, "retryAfter": self.retry_after,
-                                   "calls": len(self.calls)})
+                                   "denied": self.denied, "calls": len(self.calls)})
 
     def status(self) -> Response:
         with self._lock:
@@ -88,6 +92,9 @@ class ArmStandIn:
             if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
                 return arm_error(400, "InvalidRequestContent", "the body must be {\"value\": [event ids]}")
         self.calls.append({"kind": kind, "name": name, "ids": ids, "at": time.time()})
+        if self.denied:
+            return arm_error(403, "AuthorizationFailed", "The client does not have authorization to perform "
+                             "action 'Microsoft.Maintenance/scheduledevents/acknowledge/action' (sandbox)")
         results = [(i, self._approve(kind, name, i)) for i in ids]
         failed = [(i, r) for i, r in results if r is not None]
         if m["id"]:

@@ -166,7 +166,7 @@ def test_when_the_failover_among_named_vms_runs_out_arm_approves(arm_env: Env, h
     """A single-VM event, its forwarder silent after reporting it: the queue attempt expires unanswered,
     no other VM can carry it, so ARM approves at the VM (owner from its own identity: no platform feed)."""
     event_id = fabric_event(sim, ["web_0"])
-    svc = arm_env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    svc = arm_env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60", APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS="60")
     web = AzureVm("web_0")
     svc.handle_batch([body(web.heartbeat()), body(web.incarnation_env([event(event_id, ["web_0"])]))], now=T0)
     assert len(arm_env.messages(web.vm_id)) == 1 and arm_calls(sim, event_id) == 0
@@ -243,6 +243,38 @@ def test_arm_refusing_fails_the_approval_with_one_critical_alert(arm_env: Env, h
     assert len(alerts) == 1 and alerts[0]["severity"] == "critical"
     assert svc.reevaluate(now=T0 + 60 * S) == [] and arm_calls(sim, event_id) == 1
     assert sim.event(event_id)["state"] == "Scheduled"
+
+
+def test_without_the_role_arm_refuses_once_and_the_forwarder_carries_the_next_attempt(
+        arm_env: Env, hook: Hook, sim: ImdsSimulator) -> None:
+    """Where only the agent exists (no platform feed: nothing grants central's identity Scheduled Events
+    Contributor), ARM answers 403. One critical alert; ARM is not asked again; the next attempt goes to the
+    live VM's forwarder once more (a lost message), instead of approval-failed for the rest of the event."""
+    event_id = fabric_event(sim, ["web_0"])
+    quick = {"APPROVAL_RESULT_TIMEOUT_SECONDS": "60", "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": "60"}
+    svc = arm_env.service(**quick)
+    web = AzureVm("web_0")
+    sim.admin("POST", "/arm", json={"denied": True})
+    try:
+        svc.handle_batch([body(web.heartbeat()), body(web.incarnation_env([event(event_id, ["web_0"])]))],
+                         now=T0)
+        svc.handle_batch([body(web.heartbeat(at=T0 + 50 * S))], now=T0 + 50 * S)  # alive, message lost
+        svc.reevaluate(now=T0 + 61 * S)  # the attempt expired: ARM, refused
+        assert [(a.get("via", "queue"), a["result"]) for a in approvals(svc, event_id)] == [
+            ("queue", "timeout"), ("arm", "arm-AuthorizationFailed")]
+        assert svc.event(event_id)["state"] == "approving"
+        refused = [a for a in hook.alerts() if a.get("kind") == "arm-refused"]
+        assert len(refused) == 1 and "Scheduled Events Contributor" in refused[0]["text"]
+        decisions = svc.reevaluate(now=T0 + 62 * S)
+        assert [(d.action, d.leader_vm_name) for d in decisions] == [("failover", "web_0")]
+        assert len(arm_env.messages(web.vm_id)) == 2 and arm_calls(sim, event_id) == 1
+        second = approvals(svc, event_id)[-1]["messageId"]
+        svc.handle_batch([body(web.result(event_id, "approved", second, at=T0 + 70 * S))], now=T0 + 70 * S)
+        assert svc.event(event_id)["state"] == "approved"
+        svc.reevaluate(now=T0 + 200 * S)
+        assert arm_calls(sim, event_id) == 1 and len(refused) == 1
+    finally:
+        sim.admin("POST", "/arm", json={"denied": False})
 
 
 def test_throttling_beyond_the_wait_is_retried_by_the_timer(arm_env: Env, hook: Hook,
@@ -353,8 +385,8 @@ def test_a_late_vm_approval_stops_an_arm_call_not_yet_made(arm_env: Env, hook: H
     """The VM's approval result arrives after the ARM attempt was recorded but before anyone called ARM
     (its instance died): the ARM attempt is revoked, never called."""
     event_id = fabric_event(sim, ["web_0"])
-    dying, other = arm_env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60"), \
-        arm_env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    quick = {"APPROVAL_RESULT_TIMEOUT_SECONDS": "60", "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": "60"}
+    dying, other = arm_env.service(**quick), arm_env.service(**quick)
     web = AzureVm("web_0")
     dying.handle_batch([body(web.heartbeat()), body(web.incarnation_env([event(event_id, ["web_0"])]))],
                        now=T0)

@@ -27,7 +27,8 @@ def test_a_scenario_through_central_records_every_metric(
     env: Env, hook: Hook, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    svc = env.service(POLICY_JSON=json.dumps(TWO_VMS), APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    svc = env.service(POLICY_JSON=json.dumps(TWO_VMS), APPROVAL_RESULT_TIMEOUT_SECONDS="60",
+                      APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS="60")
     a, b = Vm("vm-a"), Vm("vm-b")
     with caplog.at_level(logging.INFO):
         svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()),

@@ -100,7 +100,7 @@ def test_cancelled_when_gone_from_every_reporting_vm_without_starting(env: Env, 
 
 
 def test_silent_leader_fails_over_after_the_timeout_never_two_outstanding(env: Env, hook: Hook) -> None:
-    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60", APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS="60")
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-fail", ["vm-a", "vm-b"])
     svc.handle_batch(
@@ -135,7 +135,8 @@ def test_silent_leader_fails_over_after_the_timeout_never_two_outstanding(env: E
 ])
 def test_an_approval_that_expires_unanswered_raises_one_alert_naming_the_likely_cause(
         env: Env, hook: Hook, liveness: str, cause: str) -> None:
-    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60", LEADER_LIVENESS_SECONDS=liveness)
+    svc = env.service(APPROVAL_RESULT_TIMEOUT_SECONDS="60", APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS="60",
+                      LEADER_LIVENESS_SECONDS=liveness)
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-tmo", ["vm-a", "vm-b"])
     svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))],
@@ -538,3 +539,29 @@ def test_who_decided_an_approval_result_is_centrals_record_or_the_vms_word_never
                                    "(00000000-0000-0000-0000-000000000002))")
     history = svc.event("E-local", now=T0 + timedelta(seconds=5))["decisions"]  # GET /api/events/{id}
     assert [h["decidedBy"] for h in history if h["action"] == "result"] == [deciders["E-local"]]
+
+
+def test_by_default_a_drain_the_forwarder_allows_finishes_before_its_message_expires(
+        env: Env, hook: Hook) -> None:
+    """The forwarder lets a pre-approve hook run 300 s (hook_timeout); central's default gives a
+    hook-then-approve attempt 360 s before it fails over (APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS), so a
+    4-minute drain is not refused as stale while the next VM drains too. Other attempts keep 120 s."""
+    svc = env.service()  # APPROVAL_RESULT_TIMEOUT_SECONDS its default, APPROVAL_HOOK_... unset
+    a, b, c = Vm("vm-a"), Vm("vm-b"), Vm("vm-c")
+    svc.handle_batch([body(a.heartbeat()), body(b.heartbeat()), body(c.heartbeat()),
+                      body(a.incarnation_env([event("E-drain", ["vm-a", "vm-b"])])),
+                      body(c.incarnation_env([event("E-quick", ["vm-c"], "Freeze", duration=5)]))], now=T0)
+    (drain,) = env.messages(a.vm_id)
+    (quick,) = env.messages(c.vm_id)
+    assert drain["action"] == "hook-then-approve" and quick["action"] == "approve"
+    assert parse(drain["expiresAt"]) - T0 == timedelta(seconds=360)
+    assert parse(quick["expiresAt"]) - T0 == timedelta(seconds=120)
+    for vm in (a, b, c):  # still live at four minutes
+        svc.handle_batch([body(vm.heartbeat(at=T0 + timedelta(minutes=4)))], now=T0 + timedelta(minutes=4))
+    # at 245 s the 120 s attempt has failed over; the drain's has not
+    assert [d.event_id for d in svc.reevaluate(now=T0 + timedelta(seconds=245))] == ["E-quick"]
+    late = a.result("E-drain", "approved", drain["messageId"], at=T0 + timedelta(seconds=250))
+    svc.handle_batch([body(late)], now=T0 + timedelta(seconds=251))
+    assert env.messages(b.vm_id) == []  # nobody else drained
+    view = svc.event("E-drain", now=T0 + timedelta(seconds=252))
+    assert [a["result"] for a in view["approvals"]] == ["approved"]

@@ -31,7 +31,8 @@ POLICY = {
     "rules": [{"name": "reboots", "match": {"eventTypes": ["Reboot"]}, "action": "approve"}],
 }
 STEPS = 140
-SETTINGS = {"POLICY_JSON": json.dumps(POLICY), "APPROVAL_RESULT_TIMEOUT_SECONDS": "40"}
+SETTINGS = {"POLICY_JSON": json.dumps(POLICY), "APPROVAL_RESULT_TIMEOUT_SECONDS": "40",
+            "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": "40"}
 
 
 class Crash(BaseException):

@@ -120,7 +120,7 @@ def test_a_vm_seen_alive_by_any_instance_is_alive_for_all(env: Env, hook: Hook, 
 
 
 def test_failover_and_expiry_run_on_the_shared_state_anywhere(env: Env, hook: Hook, fleet_of) -> None:
-    inst = fleet_of(3, APPROVAL_RESULT_TIMEOUT_SECONDS="60")
+    inst = fleet_of(3, APPROVAL_RESULT_TIMEOUT_SECONDS="60", APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS="60")
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-fo", ["vm-a", "vm-b"], not_before=T0 + timedelta(minutes=10))
     inst[0].handle_batch([body(a.heartbeat()), body(a.incarnation_env([ev]))], now=T0)
