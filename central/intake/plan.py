@@ -200,6 +200,17 @@ class Planner:
         vm.seen(received)
         return vm
 
+    def _spelling(self, plan: Plan, event_id: str) -> str:
+        """An EventId with lower-case letters is kept as the upper-case record the platform feed made, if
+        there is one (platform_plan._spelling: Event Grid and IMDS may spell one GUID in two cases). Azure's
+        IMDS ids are upper-case already: no extra look-up for them."""
+        upper = event_id.upper()
+        if upper == event_id or event_id in plan.changes.events or self.state.find_event(event_id)[0]:
+            return event_id
+        if upper in plan.changes.events or self.state.find_event(upper)[0] is not None:
+            return upper
+        return event_id
+
     def _event(self, plan: Plan, event_id: str) -> tuple:
         """(working copy, active) of a known event, or (None, False) for a new one."""
         if event_id in plan.changes.events:
@@ -229,7 +240,7 @@ class Planner:
             return
         listed: List[str] = []
         for i, event in enumerate((env.data.get("document") or {}).get("Events") or []):
-            event_id = event["EventId"]
+            event_id = self._spelling(plan, event["EventId"])
             if not authz.names_reporter(event, vm.name):
                 continue  # a sibling's event (same availability set): the VMs it names report it
             rec, active = self._event(plan, event_id)

@@ -17,6 +17,7 @@ One event, two witnesses: an EventId has one record whoever reported it. What th
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Container, Dict, List, Optional, Tuple
 
@@ -59,6 +60,7 @@ def plan_platform(state: FleetState, items: List[Tuple[Parsed, datetime]], now: 
 
 
 def _apply(plan: Plan, state: FleetState, pe: PlatformEvent, received: datetime, now: datetime) -> None:
+    pe = replace(pe, event_id=_spelling(plan, state, pe.event_id))
     rec, _ = _event(plan, state, pe.event_id)
     if rec is not None and pe.grid_id in (rec.platform.get("gridIds") or []):
         plan.count("duplicates")  # Event Grid delivers at least once
@@ -84,6 +86,16 @@ def _apply(plan: Plan, state: FleetState, pe: PlatformEvent, received: datetime,
     elif pe.status in RANK and RANK[pe.status] < RANK[rec.status]:
         plan.count("stale")  # out of order: the event is already further on
     plan.touched.add(pe.event_id)
+
+
+def _spelling(plan: Plan, state: FleetState, event_id: str) -> str:
+    """The EventId as central keeps it: the spelling of a record that exists in any case, else upper-case. An
+    EventId is a GUID, the same on both witnesses (docs: "the same as the IMDS EventId"), but Event Grid's
+    own samples write it in lower case where IMDS writes upper case: one event must stay one record."""
+    for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
+        if candidate in plan.changes.events or state.find_event(candidate)[0] is not None:
+            return candidate
+    return event_id.upper()
 
 
 def _event(plan: Plan, state: FleetState, event_id: str) -> Tuple[Optional[EventRecord], bool]:

@@ -121,7 +121,9 @@ class Approver:
                        f"{now.isoformat()}); not approved")
                 log.warning("event %s (message %s): %s", event_id, message_id, why)
                 return ApprovalResult(**base, outcome=REJECTED, reason=why, hook=hook_summary)
-            return self._post(event_id, decided_by, message_id, hook_summary, note)
+            # POSTed as IMDS spells it (central's message may carry the other case: gate.check_event)
+            return self._post(event_id, decided_by, message_id, hook_summary, note,
+                              imds_id=str(event.get("EventId") or event_id))
         except Rejected as exc:
             log.warning(
                 "event %s (message %s, by %s) rejected: %s", event_id, message_id, decided_by, exc.reason
@@ -161,7 +163,7 @@ class Approver:
 
     def _post(
         self, event_id: str, decided_by: str, message_id: Optional[str], hook_summary: Optional[Dict],
-        note: str = "",
+        note: str = "", imds_id: str = "",
     ) -> ApprovalResult:
         base = {
             "event_id": event_id,
@@ -171,7 +173,7 @@ class Approver:
         }
         self.ledger.mark_event(event_id, "pending", message_id, decided_by)
         try:
-            self.imds.start_events([event_id])
+            self.imds.start_events([imds_id or event_id])
         except ImdsError as exc:
             # IMDS refused or stayed unreachable through the retries: nothing started; a new decision
             # may retry.

@@ -58,7 +58,8 @@ def has_scheduled(document: Dict[str, Any], vm_name: str) -> bool:
 def check_event(document: Dict[str, Any], event_id: str, vm_name: str) -> Dict[str, Any]:
     """The event as IMDS lists it now, or Rejected with why it must not be approved."""
     for event in events_of(document):
-        if str(event.get("EventId")) == event_id:
+        # an EventId is a GUID: central may spell it in the other case (the platform feed's, Event Grid's)
+        if str(event.get("EventId")).lower() == event_id.lower():
             if not involves(event, vm_name):
                 raise Rejected(
                     f"foreign: this VM ({vm_name}) is not in the event's Resources "

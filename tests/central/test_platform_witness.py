@@ -114,6 +114,31 @@ def test_a_platform_event_names_known_vms_and_the_policy_approves_through_one(en
     assert svc.event("E1")["witnesses"]["vms"] == {"uni_0": a.vm_id}
 
 
+@pytest.mark.parametrize("platform_first", [False, True])
+def test_one_event_stays_one_record_whichever_case_each_witness_spells_its_event_id(
+        env: Env, hook: Hook, platform_first: bool) -> None:
+    """An EventId is a GUID; IMDS writes it upper-case, Event Grid's own samples lower-case. Either witness
+    first, one record with both witnesses (before: two records, each decided, one approval the forwarder's
+    gate refused as unknown)."""
+    upper = str(uuid.uuid4()).upper()
+    svc = env.service()
+    vm = Vm("web_7")
+    svc.handle_batch([body(vm.heartbeat())], now=T0)
+    report = [body(vm.incarnation_env([event(upper, ["web_7"])], at=T0 + S))]
+    feed = [msg(grid(upper.lower(), ["web_7"]))]
+    if platform_first:
+        svc.handle_platform_batch(feed, now=T0 + S)
+        svc.handle_batch(report, now=T0 + 2 * S)
+    else:
+        svc.handle_batch(report, now=T0 + S)
+        svc.handle_platform_batch(feed, now=T0 + 2 * S)
+    rows = [r for r in env.rows("Events") if r["EventId"].lower() == upper.lower()]
+    assert [r["EventId"] for r in rows] == [upper]
+    witnesses = svc.event(upper, now=T0 + 3 * S)["witnesses"]
+    assert witnesses["platform"] is not None and witnesses["vms"] == {"web_7": vm.vm_id}
+    assert [m["eventId"] for m in env.messages(vm.vm_id)] == [upper]
+
+
 def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("web-7")

@@ -95,7 +95,8 @@ def oracle(body: Any, live: Dict[str, Any], now: datetime) -> bool:
         return False
     if obj["vmId"].lower() != VM_ID.lower() or obj["vmName"] != VM_NAME:
         return False
-    listed = [e for e in live["Events"] if e["EventId"] == obj["eventId"]]
+    # an EventId is a GUID: compared ignoring case (central may spell it as Event Grid does)
+    listed = [e for e in live["Events"] if e["EventId"].lower() == obj["eventId"].lower()]
     return bool(listed) and listed[0]["EventStatus"] == "Scheduled" and VM_NAME in listed[0]["Resources"]
 
 

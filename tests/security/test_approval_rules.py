@@ -50,6 +50,9 @@ def decide(msg: Dict[str, Any], now: datetime = NOW, live: str = LIVE) -> str:
 def test_the_baseline_message_is_approved() -> None:
     assert decide(message()) == "approved"
     assert decide(message(vmId=VM_ID.upper())) == "approved"  # vmId compares case-insensitively
+    # so does the EventId (a GUID central may spell as Event Grid does), and the POST names IMDS's spelling
+    assert decide(message(eventId="e1")) == "approved"
+    assert gate.check_event(gate.parse_document(LIVE), "e1", VM_NAME)["EventId"] == "E1"
 
 
 @pytest.mark.parametrize(("change", "now", "keyword"), [
