@@ -36,6 +36,9 @@ DEFAULT_API_VERSION = "2025-11-01"
 SCOPE = "https://management.azure.com/.default"
 TIMEOUT = 15.0
 MAX_WAIT = 30.0  # seconds spent in Retry-After waits per call, at most
+# a 207's per-event codes that mean "try again", as the HTTP status the whole call would have had
+RETRY_CODES = {"toomanyrequests": 429, "throttled": 429, "requesttimeout": 408, "internalservererror": 500,
+               "serviceunavailable": 503, "gatewaytimeout": 504}
 
 
 
@@ -117,17 +120,20 @@ def read(status: int, doc: Any, ids: Sequence[str], retry_after: Optional[float]
         unnamed: List[Dict[str, Any]] = []
         for d in details:
             if isinstance(d, dict):
-                target = str(d.get("target") or "")
+                # an EventId is a GUID (any case); a target may also be the event's resource id
+                target = str(d.get("target") or "").rstrip("/").rsplit("/", 1)[-1].lower()
                 (by_target.__setitem__(target, d) if target else unnamed.append(d))
         out = []
         for i, event_id in enumerate(ids):
-            d = by_target.get(event_id) or (unnamed[i] if i < len(unnamed) else None)
+            d = by_target.get(event_id.lower()) or (unnamed[i] if i < len(unnamed) else None)
             if d is None:  # not named as failed: approved
                 out.append(Ack(event_id, True, status))
                 continue
             code = str(d.get("code") or "")
             ok = code.lower() in ("", "ok", "success", "succeeded", "approved", "200")
-            out.append(Ack(event_id, ok, status, code, str(d.get("message") or "")[:500]))
+            again = RETRY_CODES.get(code.lower())  # throttled or failing inside: the call's own status
+            out.append(Ack(event_id, ok, again or status, code, str(d.get("message") or "")[:500],
+                           retry_after if again in (429, 503) else None))
         return out
     error = (doc or {}).get("error") if isinstance(doc, dict) else None
     code = str((error or {}).get("code") or f"HTTP{status}")

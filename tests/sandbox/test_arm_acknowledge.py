@@ -116,3 +116,22 @@ def test_the_partial_shapes_are_read() -> None:
     assert [a.ok for a in read(207, swagger, ["a", "b"])] == [True, False]
     denied = read(403, {"error": {"code": "AuthorizationFailed"}}, ["a"])
     assert [a.code for a in denied] == ["AuthorizationFailed"]
+
+
+def test_a_partial_answer_names_events_in_any_case_and_a_throttle_inside_it_is_retried() -> None:
+    """Pure: a failure whose target spells the EventId (a GUID) in the other case, or names the event's
+    resource id, is that event's failure, never an approval; a per-event throttle or internal error is
+    retried (the timer), not a terminal refusal."""
+    from central.runtime.arm_approvals import outcome
+
+    ids = ["C7061BAC-AFDC-4513-B24B-AA5F13A16123", "D7061BAC-AFDC-4513-B24B-AA5F13A16124"]
+    lower = read(207, {"response": {}, "details": [{"target": ids[0].lower(), "code": "NotFound"}]}, ids)
+    assert [a.ok for a in lower] == [False, True]
+    rid = f"/subscriptions/s/resourceGroups/g/providers/Microsoft.Maintenance/scheduledevents/{ids[1]}"
+    assert [a.ok for a in read(207, {"details": [{"target": rid, "code": "Conflict"}]}, ids)] == [True, False]
+    throttled = read(207, {"details": [{"target": ids[0], "code": "TooManyRequests"}]}, ids[:1], 20.0)
+    assert [(outcome(a), a.retry_after) for a in throttled] == [("retry", 20.0)]
+    failing = read(207, {"details": [{"target": ids[0], "code": "InternalServerError"}]}, ids[:1])
+    assert [outcome(a) for a in failing] == ["retry"]
+    assert [outcome(a) for a in read(207, {"details": [{"target": ids[0], "code": "NotFound"}]}, ids[:1])] \
+        == ["refused"]
