@@ -69,7 +69,7 @@ AppTraces
 | mv-expand vmId = extract_all(@'vmId=([0-9A-Za-z-]+)', Message) to typeof(string)
 | where isnotempty(vmId)
 | summarize lastSeen = max(TimeGenerated) by vmId
-| where lastSeen < ago({minutes}m)
+| where lastSeen < ago({minutes}m) and lastSeen > ago({minutes}m + 1h)
 '''
 
 // Heartbeats that report envelopes the forwarder's bounded outbox had to drop.
@@ -123,7 +123,7 @@ resource heartbeatsMissing 'Microsoft.Insights/scheduledQueryRules@2023-12-01' =
   tags: tags
   properties: {
     displayName: 'Scheduled events: forwarder heartbeats missing'
-    description: 'A forwarder seen in the last day has sent no heartbeat for ${heartbeatMissingMinutes} minutes.'
+    description: 'Forwarders went silent: no heartbeat for ${heartbeatMissingMinutes} minutes (one alert for all of them; the results list each vmId).'
     severity: 2
     enabled: true
     evaluationFrequency: 'PT15M'
@@ -138,15 +138,10 @@ resource heartbeatsMissing 'Microsoft.Insights/scheduledQueryRules@2023-12-01' =
           timeAggregation: 'Count'
           operator: 'GreaterThan'
           threshold: 0
-          dimensions: [
-            {
-              name: 'vmId'
-              operator: 'Include'
-              values: [
-                '*'
-              ]
-            }
-          ]
+          // one alert for the VMs that went silent, not one per VM: an outage of central or the hub (every
+          // VM silent at once) pages once, and each scale-in, eviction or Terminate the fleet handles ends
+          // one VM's heartbeats. Only VMs silent for less than an hour past the window count, so a VM that
+          // left the fleet resolves the alert within the hour instead of keeping it fired for a day.
           failingPeriods: {
             numberOfEvaluationPeriods: 1
             minFailingPeriodsToAlert: 1

@@ -130,6 +130,16 @@ def test_heartbeat_patterns_are_the_alert_rules_patterns() -> None:
     assert ours and ours <= alert_patterns
 
 
+def test_the_heartbeats_missing_alert_is_one_alert_for_the_fleet_not_one_per_vm() -> None:
+    """A per-vmId dimension made every VM its own alert (an outage of central pages once per VM, each
+    scale-in mails twice), and a VM gone for good kept it fired for a day."""
+    alerts = (REPO / "infra" / "app" / "alerts.bicep").read_text()
+    rule = alerts.split("resource heartbeatsMissing", 1)[1].split("\nresource ", 1)[0]
+    assert "dimensions" not in rule and "autoMitigate: true" in rule
+    query = alerts.split("var heartbeatsMissingQuery", 1)[1].split("\'\'\'", 2)[1]
+    assert "lastSeen < ago({minutes}m) and lastSeen > ago({minutes}m + 1h)" in query
+
+
 @pytest.fixture
 def recorded() -> Iterator[Dict[str, Set[str]]]:
     """{metric name: attribute keys} after one call of each central/telemetry/metrics.py function."""
