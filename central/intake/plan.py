@@ -201,14 +201,14 @@ class Planner:
         return vm
 
     def _spelling(self, plan: Plan, event_id: str) -> str:
-        """An EventId with lower-case letters is kept as the upper-case record the platform feed made, if
-        there is one (platform_plan._spelling: Event Grid and IMDS may spell one GUID in two cases). Azure's
-        IMDS ids are upper-case already: no extra look-up for them."""
-        upper = event_id.upper()
-        if upper == event_id or event_id in plan.changes.events or self.state.find_event(event_id)[0]:
+        """The spelling of an open record of this EventId in another case, if there is one (the platform feed
+        made it first: Event Grid and IMDS may spell one GUID in two cases, platform_plan._spelling); else the
+        VM's. Looked up in the cache of open events only (no read: it holds every open event)."""
+        if event_id in plan.changes.events or event_id in self.state.active:
             return event_id
-        if upper in plan.changes.events or self.state.find_event(upper)[0] is not None:
-            return upper
+        for other in (event_id.lower(), event_id.upper()):
+            if other != event_id and (other in plan.changes.events or other in self.state.active):
+                return other
         return event_id
 
     def _event(self, plan: Plan, event_id: str) -> tuple:

@@ -60,6 +60,7 @@ def plan_platform(state: FleetState, items: List[Tuple[Parsed, datetime]], now: 
 
 
 def _apply(plan: Plan, state: FleetState, pe: PlatformEvent, received: datetime, now: datetime) -> None:
+    said_id = pe.event_id
     pe = replace(pe, event_id=_spelling(plan, state, pe.event_id))
     rec, _ = _event(plan, state, pe.event_id)
     if rec is not None and pe.grid_id in (rec.platform.get("gridIds") or []):
@@ -76,6 +77,8 @@ def _apply(plan: Plan, state: FleetState, pe: PlatformEvent, received: datetime,
     if contradicted:
         plan.changes.alerts.append(_contradiction(rec, contradicted, now))
     moved = _witness(rec, pe, received)
+    if said_id != rec.event_id:  # ARM is asked in the platform's own spelling (arm_route.arm_event_id)
+        rec.platform["eventId"] = said_id
     if moved:
         out = rec.outstanding
         if rec.status == "Started" and out is not None:
@@ -89,13 +92,13 @@ def _apply(plan: Plan, state: FleetState, pe: PlatformEvent, received: datetime,
 
 
 def _spelling(plan: Plan, state: FleetState, event_id: str) -> str:
-    """The EventId as central keeps it: the spelling of a record that exists in any case, else upper-case. An
-    EventId is a GUID, the same on both witnesses (docs: "the same as the IMDS EventId"), but Event Grid's
+    """The EventId as central keeps it: the spelling of a record that exists in any case, else the platform's.
+    An EventId is a GUID, the same on both witnesses (docs: "the same as the IMDS EventId"), but Event Grid's
     own samples write it in lower case where IMDS writes upper case: one event must stay one record."""
     for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
         if candidate in plan.changes.events or state.find_event(candidate)[0] is not None:
             return candidate
-    return event_id.upper()
+    return event_id
 
 
 def _event(plan: Plan, state: FleetState, event_id: str) -> Tuple[Optional[EventRecord], bool]:

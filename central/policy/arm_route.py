@@ -70,6 +70,12 @@ def arm_owner(event: EventRecord, vms: Sequence[VmState]) -> Optional[Owner]:
     return None
 
 
+def arm_event_id(event: EventRecord) -> str:
+    """The EventId as ARM is asked to acknowledge it: the platform's own spelling when it wrote it in another
+    case than the record's (central.intake.platform_plan), else the record's (the VMs' IMDS spelling)."""
+    return str(event.platform.get("eventId") or event.event_id)
+
+
 def arm_refused(event: EventRecord) -> bool:
     """ARM refused an approval of this event (most often: central's identity lacks Scheduled Events
     Contributor, which only the platform feed's install grants). It is not asked again unless an operator

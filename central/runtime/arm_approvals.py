@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -58,9 +59,12 @@ def owner_label(attempt: Approval) -> str:
     return attempt.vm_name.removeprefix(ARM_PREFIX)
 
 
-def arm_attempt(event_id: str, arm: ArmSend, decided_by: str, now: datetime) -> Approval:
-    """The attempt committed before the call: its message is the call itself (re-made as is)."""
+def arm_attempt(event_id: str, arm: ArmSend, decided_by: str, now: datetime, arm_id: str = "") -> Approval:
+    """The attempt committed before the call: its message is the call itself (re-made as is). `arm_id`: the
+    EventId as ARM is asked (central.policy.arm_route.arm_event_id), when it is spelled otherwise."""
     call = {"via": "arm", "eventId": event_id, "owner": arm.owner.to_json()}
+    if arm_id and arm_id != event_id:
+        call["armEventId"] = arm_id
     return Approval(arm.attempt, f"arm-{event_id}-{arm.attempt}", "", ARM_PREFIX + arm.owner.label(), "",
                     "approve", decided_by, now, arm.expires_at, sent=False, message=call,
                     lease_until=now + SEND_LEASE, via="arm")
@@ -97,11 +101,14 @@ class ArmApprover:
         """Acknowledge each (event id, attempt): one call per owner. Never raises: a call that could not be
         made is a retryable Ack (status 0) for each of its events."""
         by_owner: Dict[Owner, List[str]] = {}
+        ours: Dict[str, str] = {}  # the id ARM is asked with -> the record's
         for event_id, attempt in items:
             owner = Owner.from_json((attempt.message or {}).get("owner"))
             if owner is None:
                 continue
-            by_owner.setdefault(owner, []).append(event_id)
+            asked = str((attempt.message or {}).get("armEventId") or event_id)
+            ours[asked] = event_id
+            by_owner.setdefault(owner, []).append(asked)
         out: Dict[str, Ack] = {}
         for owner, ids in by_owner.items():
             if self.clock() < self._paused_until:  # no token or no ARM a moment ago: do not probe again yet
@@ -109,7 +116,8 @@ class ArmApprover:
             else:
                 acks = self._acknowledge(owner, ids)
             for ack in acks:
-                out[ack.event_id] = ack
+                mine = ours.get(ack.event_id, ack.event_id)
+                out[mine] = replace(ack, event_id=mine)
         return out
 
     def _acknowledge(self, owner: Owner, ids: List[str]) -> List[Ack]:

@@ -19,6 +19,7 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.clone import clone_event
 from central.model.events import SEND_LEASE, Approval, EventRecord, in_order_of_first_sight
 from central.model.vms import VmState
+from central.policy.arm_route import arm_event_id
 from central.policy.decide import (
     HAND_DECIDERS,
     DecideConfig,
@@ -275,7 +276,8 @@ def apply(
         )
     if verdict.kind == "send" and verdict.arm is not None:
         # the path is chosen here, on the event row, committed under the head's If-Match before ARM is called
-        rec.approvals.append(arm_attempt(rec.event_id, verdict.arm, verdict.decided_by, now))
+        arm_id = arm_event_id(rec)
+        rec.approvals.append(arm_attempt(rec.event_id, verdict.arm, verdict.decided_by, now, arm_id))
     decision = record(rec, verdict, now, message_id)
     if verdict.action == "operator-release":
         rec.operator_hold = False

@@ -64,7 +64,7 @@ class PlatformIngest:
             self.state.ensure_loaded()
             self.state.forget_absent()
             if ids:  # (both spellings: platform_plan._spelling looks an event up in either case)
-                self.state.prefetch_ended(ids + [i.upper() for i in ids])
+                self.state.prefetch_ended(ids + [i.upper() for i in ids] + [i.lower() for i in ids])
             return plan_platform(self.state, segment, now, self.ingest.raised)
 
         def set_aside(item: Tuple[platform.Parsed, datetime], why: str) -> Set[str]:

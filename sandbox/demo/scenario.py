@@ -66,7 +66,7 @@ def scenes() -> List[Scene]:
               "vm-a", "policy:drain-before-redeploy", True, "hook-then-approve"),
         Scene("d", "a Preempt of vm-c (30 s notice), handled on the VM by the fast path",
               {"eventType": "Preempt", "eventSource": "Platform", "resources": ["vm-c"], "startedSeconds": s},
-              "vm-c", "local:fastpath", True, None),
+              "vm-c", "vm:vm-c (local:fastpath)", True, None),  # the VM's word: log_rows.result_decider
     ]
 
 

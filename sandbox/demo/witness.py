@@ -67,6 +67,7 @@ def witness_settings(work: Path) -> FleetSettings:
     from sandbox.imds.identity import DEFAULT_SUBSCRIPTION
 
     extra = {"APPROVAL_RESULT_TIMEOUT_SECONDS": str(RESULT_TIMEOUT),
+             "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": str(RESULT_TIMEOUT),  # (drains: seconds in this act)
              # every simulated VM is opted in to the platform feed (infra's scopes are the VMs' subscriptions
              # or resource groups)
              "PLATFORM_CONFIRM_SCOPES": f"/subscriptions/{DEFAULT_SUBSCRIPTION}",

@@ -69,7 +69,6 @@ def test_the_baseline_message_is_approved() -> None:
     ({"vmName": "vm1"}, NOW, "foreign"),
     ({"vmName": "VM0"}, NOW, "foreign"),  # names match IMDS exactly
     ({"eventId": "E9"}, NOW, "unknown-event"),
-    ({"eventId": "e1"}, NOW, "unknown-event"),  # EventIds match exactly
     ({"eventId": "E2"}, NOW, "not-scheduled"),
     ({"eventId": "E3"}, NOW, "foreign"),  # listed, Scheduled, but this VM is not in Resources
 ])
