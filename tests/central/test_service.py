@@ -509,6 +509,7 @@ def test_two_instances_one_approval_one_alert(env: Env, hook: Hook) -> None:
     # the second instance adopted attempt 1 (to vm-a): it tracks it, and fails over only after it expired
     assert second.pending()[0]["leader"]["vmName"] == "vm-a"
     assert second.reevaluate(now=T0 + timedelta(seconds=300)) == []  # a drain's 360 s (hook-then-approve)
+    second.handle_batch([body(b.heartbeat(at=T0 + timedelta(seconds=300)))], now=T0 + timedelta(seconds=300))
     decisions = second.reevaluate(now=T0 + timedelta(seconds=361))
     assert [(d.action, d.leader_vm_name) for d in decisions] == [("failover", "vm-b")]
     assert len(env.messages(b.vm_id)) == 1
