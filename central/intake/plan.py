@@ -343,17 +343,19 @@ class Planner:
     def _approval_result(self, plan: Plan, env: Envelope, now: datetime) -> None:
         d = env.data
         rec, active = self._event(plan, d["eventId"])
-        if rec is None or not active:
-            plan.log_rows.append(("Decisions", logrows.result_entity(env, now)))
+        message_id = d.get("messageId")
+        sent = rec.approvals if rec else []
+        attempt = next((a for a in sent if message_id and a.message_id == message_id), None)
+        # central's record of the attempt this VM answers, not what the VM wrote
+        decided_by = attempt.decided_by if attempt and attempt.vm_id == env.vm_id else ""
+        if rec is None or not active:  # (an ended event's record still holds the attempt it answers)
+            plan.log_rows.append(("Decisions", logrows.result_entity(env, now, decided_by)))
             log.warning("approval result for unknown or ended event %s from %s", d["eventId"], env.vm_name)
             return
         problem = authz.result_problem(rec, d, env.vm_id, env.vm_name)
         if problem:
             plan.refusals.append({"path": "/data", "message": problem})
             return
-        message_id = d.get("messageId")
-        attempt = next((a for a in rec.approvals if message_id and a.message_id == message_id), None)
-        decided_by = attempt.decided_by if attempt else ""  # central's record, not what the VM wrote
         plan.log_rows.append(("Decisions", logrows.result_entity(env, now, decided_by)))
         fresh = attempt is not None and attempt.result in (None, "timeout", "event-started")
         decision = apply_result(rec, d, env.vm_name, now)

@@ -566,3 +566,21 @@ def test_by_default_a_drain_the_forwarder_allows_finishes_before_its_message_exp
     assert env.messages(b.vm_id) == []  # nobody else drained
     view = svc.event("E-drain", now=T0 + timedelta(seconds=252))
     assert [a["result"] for a in view["approvals"]] == ["approved"]
+
+
+def test_a_result_arriving_after_its_event_ended_still_names_centrals_decider(env: Env, hook: Hook) -> None:
+    """Batches cross: the VM's approval result can reach central after its report that the event is gone.
+    The ended record still holds the attempt it answers: the row names central's decider, not the VM's
+    word (the demo's scene a met this)."""
+    svc = env.service()
+    a = Vm("vm-a")
+    svc.handle_batch([body(a.heartbeat()), body(a.incarnation_env([event("E-late", ["vm-a"])]))], now=T0)
+    (msg,) = env.messages(a.vm_id)
+    gone = T0 + timedelta(seconds=5)
+    svc.handle_batch([body(a.incarnation_env([], at=gone))], now=gone)
+    assert svc.state.find_event("E-late")[1] is False  # ended
+    late = a.result("E-late", "approved", msg["messageId"], at=T0 + timedelta(seconds=3))
+    late["data"]["decidedBy"] = "operator:mallory"
+    svc.handle_batch([body(late)], now=T0 + timedelta(seconds=6))
+    (row,) = [r for r in env.rows("Decisions") if r["Action"] == "result"]
+    assert row["DecidedBy"] == msg["decidedBy"] == "policy:default:impactful"
