@@ -96,9 +96,10 @@ def _spelling(plan: Plan, state: FleetState, event_id: str) -> str:
     An EventId is a GUID, the same on both witnesses (docs: "the same as the IMDS EventId"), but Event Grid's
     own samples write it in lower case where IMDS writes upper case: one event must stay one record."""
     for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
-        if candidate in plan.changes.events or state.find_event(candidate)[0] is not None:
+        if candidate in plan.changes.events:
             return candidate
-    return event_id
+    rec, _ = state.find_event_any_case(event_id)  # (what an id an operator typed is looked up with)
+    return rec.event_id if rec is not None else event_id
 
 
 def _event(plan: Plan, state: FleetState, event_id: str) -> Tuple[Optional[EventRecord], bool]:

@@ -5,6 +5,7 @@ those names, and every setting function_app.py's bindings read (%NAME% and conne
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -56,3 +57,15 @@ def test_a_binding_reading_an_unlisted_setting_is_caught() -> None:
     problems = app_settings_findings(_listed(), _listed(), binding_setting_refs(bindings))
     assert any("%EVENT_HUB%" in p for p in problems)
     assert any("'OtherConnection'" in p for p in problems)
+
+
+def test_the_arm_api_version_and_the_hook_timeout_are_parameters_so_a_change_survives_a_deployment() -> None:
+    """Infra writes every app setting on each deployment: a value changed by hand in the portal is undone, so
+    a setting an operator must be able to change (ARM's api-version for a lagging region, the drain timeout
+    raised with the forwarder's hook_timeout) comes from a main.bicep parameter, not a literal."""
+    function = (REPO / "infra" / "app" / "function.bicep").read_text()
+    main = (REPO / "infra" / "main.bicep").read_text()
+    for setting, param in (("ARM_API_VERSION", "armApiVersion"),
+                           ("APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS", "approvalHookResultTimeoutSeconds")):
+        assert re.search(rf"^\s*{setting}: (string\()?{param}\)?$", function, re.M), setting
+        assert re.search(rf"^param {param} ", main, re.M) and f"{param}: {param}" in main, param
