@@ -156,6 +156,14 @@ param alertWebhookUrl string = ''
 @description('Format of the alert webhook body.')
 param alertWebhookFormat string = 'generic'
 
+@allowed([
+  'info'
+  'warning'
+  'critical'
+])
+@description('Alerts under this severity are not posted (an event\'s end, or its start after central approved it, is info; docs/central.md).')
+param statusAlertMinSeverity string = 'warning'
+
 @description('Prefix of the log store table names.')
 param tablePrefix string = 'scheduledevents'
 
@@ -492,6 +500,7 @@ module functionApp 'app/function.bicep' = {
     policyShadowJson: policyShadowJson
     webhookSecretUri: hasWebhookSecret ? '${keyVault.outputs.vaultUri}secrets/${webhookSecretName}' : ''
     alertWebhookFormat: alertWebhookFormat
+    statusAlertMinSeverity: statusAlertMinSeverity
     tablePrefix: tablePrefix
     reevaluateSchedule: reevaluateSchedule
     approvalResultTimeoutSeconds: approvalResultTimeoutSeconds

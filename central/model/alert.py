@@ -47,8 +47,9 @@ class Delivery:
     error: str = ""
     http_status: Optional[int] = None
     logged: bool = False  # no webhook is configured: the log line and the Alerts row are its only channel
+    quiet: bool = False  # a status alert under STATUS_ALERT_MIN_SEVERITY: settled, not posted, no Alerts row
 
     @property
     def outcome(self) -> str:
-        """sent | logged | failed (the se.alerts metric's, the Alerts row's)."""
-        return "sent" if self.sent else "logged" if self.logged else "failed"
+        """sent | logged | below-floor | failed (the se.alerts metric's, the Alerts row's)."""
+        return "sent" if self.sent else "logged" if self.logged else "below-floor" if self.quiet else "failed"

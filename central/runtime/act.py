@@ -30,7 +30,7 @@ from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
 from . import arm_approvals
-from .alert_rules import build, given_up, is_due, lease, next_try, row_op
+from .alert_rules import DEFAULT_FLOOR, below, build, given_up, is_due, lease, next_try, row_op
 from .approval_queue import ApprovalSender
 from .evaluator import ToSend
 from .results import BatchResult
@@ -72,6 +72,7 @@ class Actor:
         self.alerter = alerter
         self.arm = arm  # ARM approvals (None: a test's central without one)
         self.owed: Set[str] = set()  # alert keys this call made events owe (delivered at once)
+        self.alert_floor = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY: status alerts under it go unposted
         self.lost_races = 0  # commits here that lost a race (the service adds them to its calls' results)
 
     # ---- approvals ------------------------------------------------------------------------------
@@ -215,11 +216,18 @@ class Actor:
             for raw in rec.pending_alerts if rec else []:
                 if raw["key"] in keys:
                     alert = build(rec, Alert.from_json(raw))  # type: ignore[arg-type]
-                    outcomes.setdefault(event_id, {})[raw["key"]] = (self._post(alert, result), alert)
+                    if alert.kind == "event-status" and below(alert.severity, self.alert_floor):
+                        # owed before its severity was known (decided later), or by an instance set lower
+                        metrics.alert(alert.kind, "below-floor")
+                        delivery = Delivery(False, 0, quiet=True)
+                    else:
+                        delivery = self._post(alert, result)
+                    outcomes.setdefault(event_id, {})[raw["key"]] = (delivery, alert)
         rows_done = [(alert, etag, self._post(alert, result)) for alert, etag in extra or []]
         for found in outcomes.values():
             for delivery, alert in found.values():
-                self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
+                if not delivery.quiet:
+                    self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
         for alert, _, delivery in rows_done:
             self.logs.stage("Alerts", logrows.alert_entity(alert, delivery, self.alerter.fmt))
         if outcomes or rows_done:
@@ -271,7 +279,7 @@ class Actor:
                 kept.append(raw)
                 continue
             delivery, alert = found
-            done = delivery.sent or not self.alerter.url or given_up(alert)
+            done = delivery.sent or delivery.quiet or not self.alerter.url or given_up(alert)
             if not done:
                 alert.next_try, alert.error = next_try(alert, now), delivery.error  # a timer run retries it
                 kept.append(alert.to_json())

@@ -4,7 +4,7 @@ its State row op): the rules central.runtime.act applies to alerts (issue 24 mov
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import List, Optional
+from typing import List, Optional, Set
 
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.events import EventRecord
@@ -12,8 +12,42 @@ from central.model.times import iso, parse
 from central.store import state_rows as rows
 from central.store.tables import Op
 
+SEVERITIES = ("info", "warning", "critical")  # STATUS_ALERT_MIN_SEVERITY's values, least first
+DEFAULT_FLOOR = "warning"  # an event's routine statuses (started as approved, ended) are not posted
 ALERT_ROUNDS = 5  # delivery rounds of a non-critical alert (the first call + timer retries), then given up
 RETRY_CAP = timedelta(hours=1)  # a critical alert is never given up: retried with backoff up to this
+
+
+def status_severity(rec: EventRecord, status: str) -> str:
+    """An event-status alert's severity. An end (Completed, Cancelled) and a start after central approved
+    it are routine: info. Anything else (Scheduled, a start nobody approved: Azure's at NotBefore, or one
+    an operator held; an event central ended as stale) says what its decision says (warning by default)."""
+    routine_end = status in ("Completed", "Cancelled") and rec.decision.get("action") != "ended-stale"
+    if routine_end or (status == "Started" and approved(rec)):
+        return "info"
+    return rec.decision.get("severity") or "warning"
+
+
+def approved(rec: EventRecord) -> bool:
+    """Its start was approved: a result said so (central's message, ARM's acknowledge, or a VM's own fast
+    path reporting its approval), or central's message was outstanding when it started."""
+    return rec.state == "approved" or any(a.result in ("approved", "event-started") for a in rec.approvals)
+
+
+def below(severity: str, floor: str) -> bool:
+    """Under the floor (STATUS_ALERT_MIN_SEVERITY): not posted. An unknown severity counts as warning."""
+    rank = {name: i for i, name in enumerate(SEVERITIES)}
+    return rank.get(severity, 1) < rank.get(floor, 1)
+
+
+def drop_quiet(rec: EventRecord, floor: str) -> Set[str]:
+    """Take out of `rec` its owed status alerts under `floor` (their facts are its Incarnations and
+    Decisions rows; nothing is posted, written or retried for them): the keys taken out."""
+    quiet = {raw["key"] for raw in rec.pending_alerts if raw.get("kind") == "event-status"
+             and below(status_severity(rec, raw.get("status") or rec.status), floor)}
+    if quiet:
+        rec.pending_alerts = [raw for raw in rec.pending_alerts if raw["key"] not in quiet]
+    return quiet
 
 
 def given_up(alert: Alert, rounds_limit: int = ALERT_ROUNDS) -> bool:
@@ -70,9 +104,7 @@ def build(rec: EventRecord, alert: Alert) -> Alert:
     }
     if alert.kind == "event-status":
         status = alert.status or rec.status
-        alert.severity = (
-            "info" if status in ("Completed", "Cancelled") else (rec.decision.get("severity") or "warning")
-        )
+        alert.severity = status_severity(rec, status)
         more = f" (+{len(rec.resources) - 5})" if len(rec.resources) > 5 else ""
         alert.title = f"{rec.event_type} {status}: {', '.join(rec.resources[:5])}{more}"
         nb = f", NotBefore {iso(rec.not_before)}" if rec.not_before and status == "Scheduled" else ""

@@ -36,6 +36,7 @@ from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import MAX_OPS, Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
+from .alert_rules import DEFAULT_FLOOR, drop_quiet
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
 from .inline import WaitingGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
@@ -75,6 +76,7 @@ class Evaluator:
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
         self.waiting_groups = WaitingGroups()  # the waiting events' budget groups, between calls (inline)
+        self.alert_floor = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY: status alerts under it are not owed
 
     def view(self, now: datetime, candidates: List[EventRecord],
              planned: Optional[Changes] = None, screening: bool = False) -> FleetView:
@@ -183,10 +185,12 @@ class Evaluator:
             stale = mine.stale_reason(now)
             if stale:  # made up, or lost by IMDS: ended, alerted, never decided again
                 done.changed.append((mine, end_stale(mine, stale, now, done.owed)))
+                done.owed -= drop_quiet(mine, self.alert_floor)
                 continue
             verdict = decide(mine, fleet, self.policy, now, self.config)
             shadow = self._shadow(mine, shadow_fleet, now) if shadow_fleet is not None else None
             decision = apply(mine, verdict, now, done.owed)
+            done.owed -= drop_quiet(mine, self.alert_floor)
             if shadow is not None:
                 done.shadows[mine.event_id] = shadow
             if decision is not None or verdict.timed_out or shadow is not None:

@@ -29,6 +29,7 @@ from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
 
+from .alert_rules import DEFAULT_FLOOR, drop_quiet
 from .results import BatchResult
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class Ingest:
         # decides the events a plan touched inside its commit (the service's Evaluator; None: after it)
         self.decider: Optional[Evaluator] = None
         self.sends: List[ToSend] = []  # approval attempts committed by this call, to send
+        self.alert_floor = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY: status alerts under it are not owed
 
     # ---- segments and the commit loop ---------------------------------------------------------
     def apply(self, items: List[Item], now: datetime, result: BatchResult) -> Set[str]:
@@ -200,6 +202,8 @@ class Ingest:
             plan = plan_once()
             # the touched events decided in this very transaction (central.runtime.inline): one head commit
             done = decider.decide_planned(plan.changes, plan.touched, now) if decider is not None else None
+            for rec in plan.changes.events.values():  # (decided now: the rule's severity is known)
+                plan.owed -= drop_quiet(rec, self.alert_floor)
             try:
                 seq = self.state.commit(plan.changes, now, unseen=self._unseen_by_others(plan))
             except Conflict as exc:

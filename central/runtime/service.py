@@ -93,6 +93,8 @@ class CentralService:
         self.evaluator.shadow = shadow
         self.ingest.decider = self.evaluator  # decide inside the ingest commit (central.runtime.inline)
         self.actor = Actor(self.state, store, sender, alerter, arm)
+        floor = settings.status_alert_floor  # STATUS_ALERT_MIN_SEVERITY: when owed, decided and delivered
+        self.ingest.alert_floor = self.evaluator.alert_floor = self.actor.alert_floor = floor
         self.counters = new_counters()
         self._seen: Dict[str, None] = {}
         self._lock = threading.RLock()

@@ -19,6 +19,7 @@ from azure.core.pipeline.transport import RequestsTransport
 
 from central.intake.plan import HEARTBEAT_MISSING_MINUTES
 
+from .alert_rules import DEFAULT_FLOOR, SEVERITIES
 from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
 
 STORAGE_PREFIX = "ApprovalStorage"
@@ -70,6 +71,7 @@ class CentralSettings:
     shadow_json: str = ""  # POLICY_SHADOW_JSON: a candidate policy whose verdicts are recorded, never sent
     webhook_url: str = ""
     webhook_format: str = "generic"
+    status_alert_floor: str = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY
     table_prefix: str = ""
     result_timeout: float = 120.0  # APPROVAL_RESULT_TIMEOUT_SECONDS
     hook_result_timeout: float = 360.0  # APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS
@@ -103,6 +105,7 @@ class CentralSettings:
             shadow_json=s.get("POLICY_SHADOW_JSON") or "",
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
             webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
+            status_alert_floor=_status_alert_floor(s),
             table_prefix=prefix,
             # under a second no approval is ever sent; a liveness of 0 makes every VM silent (no leader)
             result_timeout=_number(s, "APPROVAL_RESULT_TIMEOUT_SECONDS", 120.0, least=1.0),
@@ -124,6 +127,14 @@ class CentralSettings:
             arm_endpoint=_arm_endpoint(s),
             arm_api_version=_arm_api_version(s),
         )
+
+
+def _status_alert_floor(settings: Mapping[str, str]) -> str:
+    text = (settings.get("STATUS_ALERT_MIN_SEVERITY") or DEFAULT_FLOOR).strip().lower()
+    if text not in SEVERITIES:
+        raise SettingsError(f"STATUS_ALERT_MIN_SEVERITY must be one of {', '.join(SEVERITIES)}, "
+                            f"got {text!r}")
+    return text
 
 
 def _heartbeat_missing_minutes(settings: Mapping[str, str]) -> float:

@@ -64,6 +64,14 @@ param webhookSecretUri string
 ])
 param alertWebhookFormat string
 
+@allowed([
+  'info'
+  'warning'
+  'critical'
+])
+@description('Alerts under this severity are not posted.')
+param statusAlertMinSeverity string
+
 @description('Prefix of the log store table names.')
 param tablePrefix string
 
@@ -159,6 +167,7 @@ var appSettingValues = {
   POLICY_SHADOW_JSON: policyShadowJson
   ALERT_WEBHOOK_URL: empty(webhookSecretUri) ? '' : '@Microsoft.KeyVault(SecretUri=${webhookSecretUri})'
   ALERT_WEBHOOK_FORMAT: alertWebhookFormat
+  STATUS_ALERT_MIN_SEVERITY: statusAlertMinSeverity
   TABLE_PREFIX: tablePrefix
   REEVALUATE_SCHEDULE: reevaluateSchedule
   APPROVAL_RESULT_TIMEOUT_SECONDS: string(approvalResultTimeoutSeconds)

@@ -30,7 +30,8 @@ def write_evidence(outcome: Outcome, path: Path) -> None:
     """Everything the checks were made from, as JSON (tests/e2e asserts on it)."""
     doc = {"t0": outcome.t0, "error": outcome.error, "ok": outcome.ok,
            "scenes": [{"key": s.key, "eventId": s.event_id, "approver": s.approver,
-                       "spec": s.spec, "created": s.created} for s in outcome.plan],
+                       "alerted": list(s.alerted), "spec": s.spec, "created": s.created}
+                      for s in outcome.plan],
            "checks": [asdict(c) for c in outcome.checks],
            "evidence": asdict(outcome.evidence) if outcome.evidence is not None else None}
     path.write_text(json.dumps(doc, default=str, indent=1))

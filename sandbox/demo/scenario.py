@@ -19,7 +19,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from azure.data.tables import TableServiceClient
 
@@ -29,7 +29,6 @@ from sandbox.demo.fleet import TABLE_PREFIX, Fleet
 
 STARTED_SECONDS = 15.0  # simulated seconds an event stays Started before it is gone
 SCENE_TIMEOUT = 30.0    # real seconds one scene may take to end
-STATUS_ALERTS = ("Scheduled", "Started", "Completed")
 
 
 @dataclass
@@ -42,6 +41,10 @@ class Scene:
     hook_first: bool             # the drain hook ran on the approver before the POST
     central_message: Optional[str]  # action of central's one approval message, None: no message
     no_hook_installed: bool = False  # the approver had no pre-approve hook: approved plainly, and says so
+    # the status alerts posted by default (STATUS_ALERT_MIN_SEVERITY warning): the Scheduled one of a rule
+    # whose severity is warning; an approved start and the end are info, not posted
+    alerted: Tuple[str, ...] = ("Scheduled",)
+    maybe_alerted: Tuple[str, ...] = ()  # posted or not by how two envelopes race (at most once)
     event_id: str = ""
     created: Dict[str, Any] = field(default_factory=dict)
 
@@ -55,18 +58,20 @@ def scenes() -> List[Scene]:
     return [
         Scene("a", "a user Reboot on vm-a, approved at once by central",
               {"eventType": "Reboot", "eventSource": "User", "resources": ["vm-a"], "startedSeconds": s},
-              "vm-a", "policy:default:user-initiated", False, "approve"),
+              "vm-a", "policy:default:user-initiated", False, "approve", alerted=()),
         Scene("b", "a platform Freeze of the availability set vm-b + vm-c, approved once by the leader",
               {"eventType": "Freeze", "eventSource": "Platform", "resources": ["vm-b", "vm-c"],
                "durationInSeconds": 5, "startedSeconds": s},
-              "vm-b", "policy:default:short-freeze", False, "approve"),
+              "vm-b", "policy:default:short-freeze", False, "approve", alerted=()),
         Scene("c", "a Redeploy of vm-a, held until its drain hook ran",
               {"eventType": "Redeploy", "eventSource": "Platform", "resources": ["vm-a"],
                "startedSeconds": s},
               "vm-a", "policy:drain-before-redeploy", True, "hook-then-approve"),
         Scene("d", "a Preempt of vm-c (30 s notice), handled on the VM by the fast path",
               {"eventType": "Preempt", "eventSource": "Platform", "resources": ["vm-c"], "startedSeconds": s},
-              "vm-c", "vm:vm-c (local:fastpath)", True, None),  # the VM's word: log_rows.result_decider
+              "vm-c", "vm:vm-c (local:fastpath)", True, None,
+              # the start is news (warning) when it reaches central before the VM's fast-path result
+              maybe_alerted=("Started",)),  # the VM's word: log_rows.result_decider
     ]
 
 
@@ -258,8 +263,12 @@ def _check_scene(scene: Scene, ev: Evidence) -> List[Check]:
 
     keys = Counter(a["body"].get("key") for a in ev.alerts
                    if a["body"].get("eventId") == scene.event_id)
-    want = {f"{scene.event_id}:{s}": 1 for s in STATUS_ALERTS}
-    add("one alert per status change (Scheduled, Started, Completed), not per VM", dict(keys) == want,
+    want = {f"{scene.event_id}:{s}": 1 for s in scene.alerted}
+    maybe = {f"{scene.event_id}:{s}": 1 for s in scene.maybe_alerted}
+    posted = ", ".join(scene.alerted) or "none: an info rule"
+    extra_ok = all(k in want or (k in maybe and n == 1) for k, n in keys.items())
+    add(f"one alert per status posted by default ({posted}), not per VM",
+        all(keys[k] == 1 for k in want) and extra_ok,
         f"alerts {dict((key.split(':', 1)[-1], n) for key, n in keys.items())}")
     return checks
 

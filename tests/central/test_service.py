@@ -66,7 +66,7 @@ def test_duplicates_and_replays_change_nothing_twice(env: Env, hook: Hook) -> No
 
 
 def test_out_of_order_older_incarnation_does_not_regress(env: Env, hook: Hook) -> None:
-    svc = env.service()
+    svc = env.service(STATUS_ALERT_MIN_SEVERITY="info")  # every status's alert, in order
     a = Vm("vm-a")
     sched = a.incarnation_env([event("E-ord", ["vm-a"])], at=T0)
     started = a.incarnation_env([event("E-ord", ["vm-a"], status="Started")], at=T0 + timedelta(seconds=30))
@@ -86,7 +86,7 @@ def test_out_of_order_older_incarnation_does_not_regress(env: Env, hook: Hook) -
 
 
 def test_cancelled_when_gone_from_every_reporting_vm_without_starting(env: Env, hook: Hook) -> None:
-    svc = env.service()
+    svc = env.service(STATUS_ALERT_MIN_SEVERITY="info")  # the end's alert too (test_alert_floor.py)
     a, b = Vm("vm-a"), Vm("vm-b")
     ev = event("E-can", ["vm-a", "vm-b"])
     svc.handle_batch([body(a.incarnation_env([ev])), body(b.incarnation_env([ev]))], now=T0)
@@ -355,7 +355,7 @@ def test_outbox_drops_alert_once_per_increase(env: Env, hook: Hook) -> None:
 
 @pytest.mark.parametrize("fmt, key", [("teams", "@type"), ("slack", "blocks")])
 def test_alert_formats(env: Env, hook: Hook, fmt: str, key: str) -> None:
-    svc = env.service(ALERT_WEBHOOK_FORMAT=fmt)
+    svc = env.service(ALERT_WEBHOOK_FORMAT=fmt, STATUS_ALERT_MIN_SEVERITY="info")  # (a User event: info)
     a = Vm("vm-a")
     svc.handle_batch([body(a.incarnation_env([event(f"E-{fmt}", ["vm-a"], source="User")]))], now=T0)
     (alert,) = hook.alerts()

@@ -32,7 +32,8 @@ POLICY = {
 }
 STEPS = 140
 SETTINGS = {"POLICY_JSON": json.dumps(POLICY), "APPROVAL_RESULT_TIMEOUT_SECONDS": "40",
-            "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": "40"}
+            "APPROVAL_HOOK_RESULT_TIMEOUT_SECONDS": "40",
+            "STATUS_ALERT_MIN_SEVERITY": "info"}  # every status's alert: the most deliveries to check
 
 
 class Crash(BaseException):

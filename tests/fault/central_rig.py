@@ -86,6 +86,7 @@ def runner_settings(files: RunnerFiles, storage: str, eventhubs_port: int, group
         # No failover during the test: one approval attempt per event is the expected count.
         "APPROVAL_RESULT_TIMEOUT_SECONDS": "3600",
         "ALERT_BACKOFF_SECONDS": "0.1",
+        "STATUS_ALERT_MIN_SEVERITY": "info",  # every status's alert: the most deliveries to check
         **(extra or {}),
     }), keys={"host": {"default": "fault-key"}})
 

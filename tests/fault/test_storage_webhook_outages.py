@@ -81,7 +81,8 @@ def test_queue_and_webhook_outages_retry_and_lose_nothing(form: str, tmp_path: P
     svc = signing.central({
         "ApprovalStorage": storage, "TABLE_PREFIX": prefix,
         "ALERT_WEBHOOK_URL": f"http://127.0.0.1:{webhook.port}/hook", "ALERT_WEBHOOK_FORMAT": "generic",
-        "ALERT_MAX_ATTEMPTS": "2", "ALERT_BACKOFF_SECONDS": "0.05", "ALERT_TIMEOUT_SECONDS": "2"})
+        "ALERT_MAX_ATTEMPTS": "2", "ALERT_BACKOFF_SECONDS": "0.05", "ALERT_TIMEOUT_SECONDS": "2",
+        "STATUS_ALERT_MIN_SEVERITY": "info"})  # (a User event's alerts are info: posted for this test)
     hooks = tmp_path / "hooks"
     hooks.mkdir(mode=0o700)  # empty; the forwarder refuses a hook directory others can write
     published = tmp_path / "published.jsonl"
