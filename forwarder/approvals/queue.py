@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..sinks.eventhub import hashed_ca_dir
+from ..sinks.tls_trust import hashed_ca_dir
 
 POISON_SUFFIX = "-poison"
 # The SDK's default retries wait 15 s, 18 s, 24 s... inside one call. The reader has its own jittered

@@ -31,10 +31,6 @@ that `send` fails at once instead of starting another, until they end (the peer 
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -42,15 +38,14 @@ from typing import Any, Callable, Dict, List, Optional
 from schemas import authn as wire
 
 from .. import logs
-from ..clock import iso
-from ..envelope import QUARANTINED, EnvelopeInvalid, sha256, validate
 from .base import SinkError
+from .oversize import body_bytes, oversize_note
+from .tls_trust import tls_context
 
 log = logs.get("sink.eventhub")
 
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 # Room kept in the oversize note for everything but the truncated copy (ids, errors, vm, AMQP framing).
-NOTE_OVERHEAD = 16 * 1024
 MAX_STUCK = 3  # abandoned, still-blocked send workers allowed before sends fail fast
 
 
@@ -274,7 +269,7 @@ class EventHubSink:
         note = oversize_note(env, limit)
         log.error("envelope larger than the hub accepts; publishing a quarantined note instead so the "
                   "outbox is not blocked", extra=logs.fields(id=env.get("id"), type=env.get("type"),
-                                                             bytes=len(_body(env)), limit=limit,
+                                                             bytes=len(body_bytes(env)), limit=limit,
                                                              noteId=note["id"]))
         return note
 
@@ -295,42 +290,14 @@ class EventHubSink:
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-def _body(env: Dict[str, Any]) -> bytes:
-    return json.dumps(env, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def _event(env: Dict[str, Any], event_data: Any,
            sign: Optional[Callable[[bytes], Dict[str, str]]] = None) -> Any:
-    body = _body(env)
+    body = body_bytes(env)
     event = event_data(body)
     event.content_type = CONTENT_TYPE
     if sign is not None:
         event.properties = sign(body)  # application properties: the signature covers these exact bytes
     return event
-
-
-_HASHED = re.compile(r"^[0-9a-f]{8}\.[0-9]+$")
-
-
-def hashed_ca_dir() -> Optional[str]:
-    """The OS's hashed CA directory (SSL_CERT_DIR or OpenSSL's default), or None when there is none."""
-    capath = ssl.get_default_verify_paths().capath
-    try:
-        hashed = bool(capath) and any(_HASHED.match(name) for name in os.listdir(capath))
-    except OSError:
-        hashed = False
-    return capath if hashed else None
-
-
-def tls_context() -> Optional[ssl.SSLContext]:
-    """A verifying client context over the OS's hashed CA directory, looked up lazily; None when there
-    is none (then the SDK's default, certifi's bundle)."""
-    capath = hashed_ca_dir()
-    if capath is None:
-        return None
-    context = ssl.create_default_context(capath=capath)  # verifies the peer and its host name
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
 
 
 def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
@@ -346,49 +313,6 @@ def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
         else:
             runs.append((key, [env]))
     return runs
-
-
-def oversize_note(env: Dict[str, Any], limit: int) -> Dict[str, Any]:
-    """A `quarantined` envelope standing in for `env`, which no batch of `limit` bytes can hold.
-
-    Its id is `<original id>:oversize` (trimmed to the schema's 512), so a resend of the note is
-    recognisable downstream; `raw` keeps the start of the original JSON, `rawSha256` all of it.
-    """
-    body = _body(env).decode("utf-8")
-    data = env.get("data") if isinstance(env.get("data"), dict) else {}
-    vm = data.get("vm")
-    if not isinstance(vm, dict):
-        vm = {"vmId": env.get("partitionkey") or "unknown", "name": env.get("subject") or "unknown"}
-    keep = max(1024, min(256 * 1024, limit // 2 - NOTE_OVERHEAD))
-    original_id = str(env.get("id", ""))
-    note = {
-        "specversion": "1.0",
-        "id": (original_id[:500] + ":oversize"),
-        "source": env.get("source") or f"vm://{vm.get('vmId')}",
-        "type": QUARANTINED,
-        "subject": env.get("subject") or vm.get("name") or "unknown",
-        "time": iso(),
-        "datacontenttype": "application/json",
-        "partitionkey": env.get("partitionkey") or vm.get("vmId"),
-        "data": {
-            "vm": vm,
-            "apiVersion": str(data.get("apiVersion", "")),
-            "raw": body[:keep],
-            "rawTruncated": len(body) > keep,
-            "rawSha256": sha256(body),
-            "document": None,
-            "incarnation": data.get("incarnation") if isinstance(data.get("incarnation"), int) else None,
-            "errors": [{"path": "/", "message": (
-                f"envelope {original_id} of type {env.get('type')} is {len(body.encode('utf-8'))} bytes, "
-                f"more than the {limit} bytes Event Hubs accepts in one event; not published, replaced "
-                "by this note")}],
-            "observedAt": str(data.get("observedAt") or env.get("time") or iso()),
-        },
-    }
-    try:
-        return validate(note)
-    except EnvelopeInvalid as exc:
-        raise SinkError(f"cannot build an oversize note for {original_id!r}: {exc}", retryable=False) from exc
 
 
 def _is_auth_error(exc: BaseException) -> bool:

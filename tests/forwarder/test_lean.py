@@ -15,7 +15,7 @@ from typing import Dict, List
 import pytest
 
 from forwarder import hooks
-from forwarder.sinks.eventhub import tls_context
+from forwarder.sinks.tls_trust import tls_context
 from sandbox import processes
 
 from .helpers import Forwarder, admin, imds_url, incarnations, wait_until
