@@ -201,14 +201,21 @@ class Planner:
         return vm
 
     def _spelling(self, plan: Plan, event_id: str) -> str:
-        """The spelling of an open record of this EventId in another case, if there is one (the platform feed
+        """The spelling of a record of this EventId in another case, if there is one (the platform feed
         made it first: Event Grid and IMDS may spell one GUID in two cases, platform_plan._spelling); else the
-        VM's. Looked up in the cache of open events only (no read: it holds every open event)."""
+        VM's. An open one is looked up in the cache of open events (it holds every one); an ended one among
+        the ended records cached, where the planning read puts the other spellings' ended rows of an id
+        that is not open (central.runtime.ingest._prepare): a late report of it is then recognised."""
         if event_id in plan.changes.events or event_id in self.state.active:
             return event_id
-        for other in (event_id.lower(), event_id.upper()):
-            if other != event_id and (other in plan.changes.events or other in self.state.active):
+        others = [other for other in (event_id.lower(), event_id.upper()) if other != event_id]
+        for other in others:
+            if other in plan.changes.events or other in self.state.active:
                 return other
+        if event_id not in self.state.ended:
+            for other in others:
+                if other in self.state.ended:
+                    return other
         return event_id
 
     def _event(self, plan: Plan, event_id: str) -> tuple:

@@ -140,6 +140,27 @@ def test_one_event_stays_one_record_whichever_case_each_witness_spells_its_event
     assert [m["eventId"] for m in env.messages(vm.vm_id)] == [first]
 
 
+@pytest.mark.parametrize("fresh_instance", [False, True])
+def test_a_late_vm_report_of_an_event_the_platform_ended_in_another_case_is_not_revived(
+        env: Env, hook: Hook, fresh_instance: bool) -> None:
+    """The platform's record (lower-case EventId) has ended; a VM's late document still lists the event in
+    IMDS's upper case. It is the same event, late: counted as late, no second record, no approval. On the
+    instance that ended it (the ended record cached) and on a fresh one (its ended row read by key, in
+    the planning read)."""
+    upper = str(uuid.uuid4()).upper()
+    svc = env.service()
+    vm = Vm("web_8")
+    svc.handle_batch([body(vm.heartbeat())], now=T0)
+    svc.handle_platform_batch([msg(grid(upper.lower(), ["web_8"], "Canceled"))], now=T0 + S)
+    assert [r["EventId"] for r in env.rows("Events")] == [upper.lower()]
+    late = env.service() if fresh_instance else svc
+    result = late.handle_batch([body(vm.incarnation_env([event(upper, ["web_8"])], at=T0 + 2 * S))],
+                               now=T0 + 3 * S)
+    assert result.late == 1
+    assert [r["EventId"] for r in env.rows("Events")] == [upper.lower()]
+    assert env.messages(vm.vm_id) == []
+
+
 def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("web-7")
