@@ -39,30 +39,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import psutil
-from azure.eventhub import EventData, EventHubProducerClient
 
 from bench import Figure, record, runner_log
 from bench.central_throughput import FakeVm
+from bench.fleet_traffic import HUB, PARTITIONS, SIGNER, fleet_envelopes, publish, warmup_vms
 from sandbox import processes
-from sandbox.imds.signer import Signer
 from tests.functions.conftest import RunnerFiles, start_runner
 
-HUB = "scheduled-events"
-PARTITIONS = 4
 HEARTBEAT_INTERVAL = 60.0  # the forwarder's default (docs/forwarder.md)
 HOURS_PER_MONTH = 730.0
-LOST_RACE = re.compile(r"lost a race")  # central's log line for each commit that lost to another instance
 
 
 def _text(log: Path) -> str:
@@ -74,55 +68,7 @@ def ingested(log: Path) -> int:
 
 
 def lost_races(log: Path) -> int:
-    return len(LOST_RACE.findall(_text(log)))
-
-
-def invocation_cpu(files: List[Path]) -> float:
-    """CPU seconds spent inside central's function invocations so far, all instances (the runner keeps
-    the totals: sandbox.functions.loader.CPU_FILE_SETTING)."""
-    total = 0.0
-    for path in files:
-        if path.exists():
-            total += sum(float(v) for v in json.loads(path.read_text(encoding="utf-8")).values())
-    return total
-
-
-def fleet_envelopes(vms: List[FakeVm], minutes: int, wave: float) -> List[bytes]:
-    """`minutes` of heartbeats from every VM (one per VM per minute, in time order) with the maintenance
-    wave's incarnations (one new Scheduled event each) in the middle."""
-    now = datetime.now(timezone.utc)
-    out: List[bytes] = []
-    wave_vms = vms[: max(1, int(len(vms) * wave))]
-    for minute in range(minutes):
-        out += [vm.heartbeat(now) for vm in vms]
-        if minute == minutes // 2:
-            out += [vm.incarnation_env(now, with_event=True) for vm in wave_vms]
-    return out
-
-
-SIGNER = Signer(timeless=True)  # central runs in its default AUTHN_MODE=required: forwarders sign
-
-
-def _signed(body: bytes) -> EventData:
-    data = EventData(body)
-    data.properties = dict(SIGNER.as_claimed([body])[0] or {})
-    return data
-
-
-def partition_of(body: bytes) -> int:
-    """The partition `publish` sends an envelope to (its VM's, as the forwarder's partition key does)."""
-    return zlib.crc32(json.loads(body)["partitionkey"].encode()) % PARTITIONS
-
-
-def warmup_vms() -> List[FakeVm]:
-    """One VM outside the fleet per partition: their heartbeats reach every partition's owner."""
-    by_partition: Dict[int, FakeVm] = {}
-    index = 10**6
-    while len(by_partition) < PARTITIONS:
-        vm = FakeVm(index)
-        by_partition.setdefault(partition_of(vm.heartbeat(datetime.now(timezone.utc))), vm)
-        index += 1
-    return list(by_partition.values())
+    return runner_log.lost_races(_text(log))
 
 
 def warm_up(conn: str, logs: List[Path], timeout: float) -> int:
@@ -139,30 +85,6 @@ def warm_up(conn: str, logs: List[Path], timeout: float) -> int:
                 return len(logs)
             time.sleep(0.2)
     return sum(1 for log in logs if ingested(log))
-
-
-def send_signed(producer: EventHubProducerClient, bodies: List[bytes]) -> None:
-    """Many forwarders' sends arriving at the hub, each signed by its VM, grouped per partition (as the hub
-    stores them)."""
-    per_partition: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
-    for body in bodies:
-        per_partition[partition_of(body)].append(body)
-    for pid, items in per_partition.items():
-        batch = producer.create_batch(partition_id=str(pid))
-        for body in items:
-            try:
-                batch.add(_signed(body))
-            except ValueError:  # full: send it, start the next
-                producer.send_batch(batch)
-                batch = producer.create_batch(partition_id=str(pid))
-                batch.add(_signed(body))
-        if len(batch):
-            producer.send_batch(batch)
-
-
-def publish(conn: str, bodies: List[bytes]) -> None:
-    with EventHubProducerClient.from_connection_string(conn) as producer:
-        send_signed(producer, bodies)
 
 
 def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: Path, instances: int = 1,
@@ -220,7 +142,7 @@ def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: 
         vms = [FakeVm(i) for i in range(n)]
         bodies = fleet_envelopes(vms, args.minutes, args.wave)
         cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
-        app0 = invocation_cpu(cpu_files)
+        app0 = runner_log.invocation_cpu(cpu_files)
         races0 = sum(lost_races(log) for log in logs)
         trips0 = sum(tables.counts.values()) + sum(queues.counts.values())
         t0 = time.monotonic()
@@ -236,7 +158,7 @@ def run_size(n: int, args: argparse.Namespace, azurite: processes.Server, work: 
         elapsed = time.monotonic() - t0
         cpu = sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0
         time.sleep(1.0)  # the last invocation's total is written after it logged its line
-        app_cpu = invocation_cpu(cpu_files) - app0
+        app_cpu = runner_log.invocation_cpu(cpu_files) - app0
         trips = sum(tables.counts.values()) + sum(queues.counts.values()) - trips0
         done = sum(played())
         races = sum(lost_races(log) for log in logs) - races0

@@ -26,7 +26,7 @@ from azure.eventhub import EventHubProducerClient
 
 from bench import runner_log
 from bench.central_throughput import FakeVm
-from bench.fleet_scale import SIGNER, send_signed
+from bench.fleet_traffic import SIGNER, send_signed
 from sandbox import processes
 from tests.functions.conftest import RunnerFiles, start_runner
 
