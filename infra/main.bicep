@@ -161,7 +161,7 @@ param alertWebhookFormat string = 'generic'
   'warning'
   'critical'
 ])
-@description('Alerts under this severity are not posted (an event\'s end, or its start after central approved it, is info; docs/central.md).')
+@description('An event\'s status alerts under this severity are not posted (its end, or a start that was approved, is info; other kinds of alerts are always posted; docs/central.md).')
 param statusAlertMinSeverity string = 'warning'
 
 @description('Prefix of the log store table names.')

@@ -94,7 +94,9 @@ def decide(
             "expired",
             "notbefore",
             f"NotBefore {iso(event.not_before)} passed without a confirmed approval; Azure starts it",
-            "info",
+            # the event's own severity (its rule's, as last decided): the start nobody approved is news at
+            # that severity (central.runtime.alert_rules.status_severity); never decided: warning
+            event.decision.get("severity") or "warning",
             "policy:notbefore",
         )
     out = event.outstanding
@@ -233,7 +235,7 @@ def approval(
     expires = _expiry(event, now, config, msg_action)
     if expires is None:
         return Verdict("record", action, "expired", rule, "too close to NotBefore to send an approval",
-                       "info", by, timed_out=timed_out)
+                       severity, by, timed_out=timed_out)
     attempt = len(event.approvals) + 1
     reason = f"{why}; approval {attempt} ({msg_action}) to leader {leader.name}, expires {iso(expires)}"
     if action == "failover" and event.approvals:
@@ -258,7 +260,7 @@ def _through_arm(event: EventRecord, fleet: FleetView, owner: Owner, now: dateti
     expires = _expiry(event, now, config)
     if expires is None:
         return Verdict("record", action, "expired", rule, "too close to NotBefore to approve through ARM",
-                       "info", by, timed_out=timed_out)
+                       severity, by, timed_out=timed_out)
     if via_arm:
         cause = "asked for by the operator"
     elif agentless(event, fleet.vms_of(event)):

@@ -30,8 +30,12 @@ def status_severity(rec: EventRecord, status: str) -> str:
 
 def approved(rec: EventRecord) -> bool:
     """Its start was approved: a result said so (central's message, ARM's acknowledge, or a VM's own fast
-    path reporting its approval), or central's message was outstanding when it started."""
-    return rec.state == "approved" or any(a.result in ("approved", "event-started") for a in rec.approvals)
+    path reporting its approval), or central's message was out, live, when it started (sent, not taken
+    back by an operator's hold, not expired: a forwarder refuses an expired message)."""
+    return rec.state == "approved" or any(
+        a.result == "approved" or (a.result == "event-started" and a.sent and not a.revoked
+                                   and (a.result_at is None or a.result_at <= a.expires_at))
+        for a in rec.approvals)
 
 
 def below(severity: str, floor: str) -> bool:

@@ -203,7 +203,9 @@ class Ingest:
             # the touched events decided in this very transaction (central.runtime.inline): one head commit
             done = decider.decide_planned(plan.changes, plan.touched, now) if decider is not None else None
             for rec in plan.changes.events.values():  # (decided now: the rule's severity is known)
-                plan.owed -= drop_quiet(rec, self.alert_floor)
+                drop_quiet(rec, self.alert_floor)
+            # (and by the decisions' pass on the copies that replace the plan's)
+            plan.owed &= {a["key"] for rec in plan.changes.events.values() for a in rec.pending_alerts}
             try:
                 seq = self.state.commit(plan.changes, now, unseen=self._unseen_by_others(plan))
             except Conflict as exc:
@@ -283,11 +285,6 @@ class Ingest:
         reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
                     for event in (e.data.get("document") or {}).get("Events") or []
                     if isinstance(event, dict)]
-        # an id not open may name an ended record in another case (the platform feed's spelling: planner's
-        # _spelling): its ended rows ride in the same query
-        active = self.state.active
-        reported += [other for event_id in reported if event_id not in active
-                     for other in {event_id.lower(), event_id.upper()} - {event_id} if other not in active]
         # what changed since the cached head: a plan on stale rows loses its race
         may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
         self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change,

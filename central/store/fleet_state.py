@@ -108,10 +108,11 @@ class FleetState(EventReads, VmReads):
         """What planning a segment reads, in one query after the head's for most segments: `catch_up` (when
         `events_may_change`), the rows of VMs not cached (`vm_names`: vmId -> the name it reports) and the
         name rows of those and of cached VMs not bound to their names, and the ended rows of `reported`
-        events neither active nor remembered ended (`prefetch_ended`). A name row read for a VM whose row
-        turns out bound costs nothing more: it rides in the same query. So do, in the query's spare places,
-        the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache has none,
-        or one last seen before `seen_after`: a decision counting those events then finds them reusable."""
+        events neither active nor remembered ended, in each case (`prefetch_ended`). A name row read for a VM
+        whose row turns out bound costs nothing more: it rides in the same query. So do, in the query's spare
+        places, the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache
+        has none, or one last seen before `seen_after`: a decision counting those events then finds them
+        reusable."""
         changed: Set[str] = set()
         reported = set(reported)
         at: Optional[head_log.Head] = None
@@ -132,6 +133,11 @@ class FleetState(EventReads, VmReads):
         names = {n for v, n in vm_names.items()
                  if (v in unknown or not self.vms[v][0].name_bound) and n not in self.names}
         ended = {e for e in reported if e not in self.ended and (e not in self.active or e in changed)}
+        # an id not open, in none of its cases, may name an ended record in another case (the platform
+        # feed's spelling; central.intake.plan's _spelling): those rows too, after the catch-up above
+        ended |= {other for e in reported if e not in self.active and e not in self.ended
+                  for other in {e.lower(), e.upper()} - {e}
+                  if other not in self.active and other not in self.ended}
         keys = ([rows.vm_key(v) for v in unknown] + [rows.name_key(n) for n in names]
                 + [rows.event_key(e, active=True) for e in changed]
                 + [rows.event_key(e, active=False) for e in ended])

@@ -69,7 +69,7 @@ param alertWebhookFormat string
   'warning'
   'critical'
 ])
-@description('Alerts under this severity are not posted.')
+@description('An event\'s status alerts under this severity are not posted (other kinds always are).')
 param statusAlertMinSeverity string
 
 @description('Prefix of the log store table names.')

@@ -77,6 +77,26 @@ def test_a_start_central_did_not_approve_is_posted(env: Env, hook: Hook) -> None
     assert all(severity != "info" for _, severity in posted)
 
 
+def test_a_start_after_notbefore_passed_unapproved_is_posted(env: Env, hook: Hook) -> None:
+    """Held by the policy; the timer records NotBefore passing (the `expired` decision keeps the event's
+    severity, not info); then Azure starts it: posted. An event first seen after its NotBefore (a report
+    central caught up on) is posted too."""
+    svc = env.service(POLICY_JSON=json.dumps({"version": 1, "rules": [{"name": "manual", "action": "hold"}]}))
+    a = Vm("vm-a")
+    nb = T0 + timedelta(seconds=60)
+    svc.handle_batch([body(a.heartbeat()),
+                      body(a.incarnation_env([event("E-late", ["vm-a"], not_before=nb)], at=T0))], now=T0)
+    svc.reevaluate(now=nb + timedelta(seconds=5))
+    assert svc.event("E-late", now=nb + timedelta(seconds=5))["state"] == "expired"
+    started = a.incarnation_env([event("E-late", ["vm-a"], status="Started")], at=nb + timedelta(seconds=20))
+    svc.handle_batch([body(started)], now=nb + timedelta(seconds=20))
+    assert statuses(hook, "E-late") == [("Scheduled", "warning"), ("Started", "warning")]
+    b = Vm("vm-b")
+    past = event("E-past", ["vm-b"], not_before=T0 - timedelta(seconds=30))
+    svc.handle_batch([body(b.heartbeat()), body(b.incarnation_env([past], at=T0))], now=T0)
+    assert statuses(hook, "E-past") == [("Scheduled", "warning")]
+
+
 def test_an_info_rule_s_event_is_not_posted_at_all(env: Env, hook: Hook) -> None:
     """A rule marked info (here Microsoft's default for user-initiated events): its Scheduled alert, owed
     before the decision, is dropped in the commit that decides it."""
@@ -124,8 +144,15 @@ def test_status_severity() -> None:
     rec.approvals.append(Approval(1, "m1", "id-a", "vm-a", "q-a", "hook-then-approve", "policy:reboots", T0,
                                   T0 + timedelta(minutes=6)))
     assert status_severity(rec, "Started") == "warning"  # sent, still unanswered and not started
-    rec.approvals[-1].result = "event-started"
-    assert status_severity(rec, "Started") == "info"
+    rec.approvals[-1].result, rec.approvals[-1].result_at = "event-started", T0 + timedelta(minutes=1)
+    assert status_severity(rec, "Started") == "info"  # central's live message was out
+    rec.approvals[-1].sent = False  # committed, never sent (a crash in between)
+    assert status_severity(rec, "Started") == "warning"
+    rec.approvals[-1].sent, rec.approvals[-1].revoked = True, True  # taken back by an operator's hold
+    assert status_severity(rec, "Started") == "warning"
+    rec.approvals[-1].revoked, rec.approvals[-1].result_at = False, T0 + timedelta(minutes=7)
+    assert status_severity(rec, "Started") == "warning"  # expired before the start: forwarders refuse it
+    rec.approvals[-1].result_at = T0 + timedelta(minutes=1)
     rec.approvals[-1].result = "hook-failed"
     assert status_severity(rec, "Started") == "warning"  # refused: Azure started it anyway
     assert status_severity(rec, "Completed") == "info" and status_severity(rec, "Cancelled") == "info"

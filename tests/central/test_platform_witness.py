@@ -161,6 +161,27 @@ def test_a_late_vm_report_of_an_event_the_platform_ended_in_another_case_is_not_
     assert env.messages(vm.vm_id) == []
 
 
+def test_a_late_vm_report_is_recognised_by_an_instance_whose_cache_still_holds_the_event_open(
+        env: Env, hook: Hook) -> None:
+    """Instance A has the platform's record (lower-case) open in its cache; instance B ends it; then A gets
+    a VM's late report in upper case. A's planning read catches up (the record is gone from its open ones)
+    and only then looks for the other spellings' ended rows: late, no second record, no approval."""
+    upper = str(uuid.uuid4()).upper()
+    a_inst, b_inst = env.service(), env.service()
+    vm = Vm("web_9")
+    a_inst.handle_batch([body(vm.heartbeat())], now=T0)
+    a_inst.handle_platform_batch([msg(grid(upper.lower(), ["web_9"], "Scheduled", grid_id="g-s"))],
+                                 now=T0 + S)
+    assert upper.lower() in a_inst.state.active
+    b_inst.handle_platform_batch([msg(grid(upper.lower(), ["web_9"], "Canceled", grid_id="g-c"))],
+                                 now=T0 + 2 * S)
+    result = a_inst.handle_batch([body(vm.incarnation_env([event(upper, ["web_9"])], at=T0 + 3 * S))],
+                                 now=T0 + 4 * S)
+    assert result.late == 1
+    assert [r["EventId"] for r in env.rows("Events")] == [upper.lower()]
+    assert [m["eventId"] for m in env.messages(vm.vm_id)] in ([], [upper.lower()])  # (A's own, while open)
+
+
 def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("web-7")
