@@ -46,7 +46,8 @@ from bench.azure_prices import (
     REQUEST_RECORD_BYTES,
     TRACE_RECORD_BYTES,
 )
-from bench.fleet_units import PARTITIONS, Run, measure
+from bench.fleet_traffic import PARTITIONS
+from bench.fleet_units import Run, measure
 from bench.table_model import MEDIAN_S, SIGMA
 from central.intake.plan import HEARTBEAT_LOG_EVERY
 from central.telemetry.metrics import HEARTBEATS_PER_LINE

@@ -26,12 +26,10 @@ from azure.eventhub import EventHubProducerClient
 
 from bench import runner_log
 from bench.central_throughput import FakeVm
-from bench.fleet_traffic import SIGNER, send_signed
+from bench.fleet_traffic import HUB, PARTITIONS, SIGNER, send_signed
 from sandbox import processes
 from tests.functions.conftest import RunnerFiles, start_runner
 
-HUB = "scheduled-events"
-PARTITIONS = 4
 LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<name>[\w.]+): (?P<msg>.*)$")
 EXECUTED = re.compile(r"^Executed 'Functions\.(\w+)' \((\w+), Id=[^,]+, Duration=(\d+)ms\)")
 CPU = re.compile(r"^Execution CPU 'Functions\.(\w+)' \(Id=[^,]+, Cpu=(\d+)us\)")

@@ -23,6 +23,7 @@ STALE_STARTED = timedelta(hours=12)  # after it was first seen Started
 SEND_LEASE = timedelta(seconds=30)
 SEND_MARGIN = timedelta(seconds=10)
 MAX_RESOURCES = 1000  # the union of every reporter's Resources (limits.MAX_RESOURCES_PER_EVENT each)
+ARM_PREFIX = "arm:"  # an ARM attempt's vm_name: "arm:" + the owner's label (a queue attempt names a VM)
 
 
 @dataclass

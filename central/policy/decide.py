@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Dict, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from central.model.events import EventRecord
 from central.model.owner import Owner
@@ -24,7 +24,7 @@ from central.model.vms import VmState
 
 from .arm_route import agentless, arm_owner, arm_refused, platform_vms
 from .budgets import Budget, BudgetBlock
-from .document import Policy, window_wait
+from .document import Policy, Rule, window_wait
 from .fleet_view import WAITING_BUDGET, FleetView
 from .leader import elect, fresh, timeout_cause
 from .verdict import HAND_DECIDERS, NOTHING, ArmSend, Send, Verdict, arm_label, is_new, record, shadow_record
@@ -94,9 +94,9 @@ def decide(
             "expired",
             "notbefore",
             f"NotBefore {iso(event.not_before)} passed without a confirmed approval; Azure starts it",
-            # the event's own severity (its rule's, as last decided): the start nobody approved is news at
-            # that severity (central.runtime.alert_rules.status_severity); never decided: warning
-            event.decision.get("severity") or "warning",
+            # the event's own severity (its rule's, as last decided; never decided: its rule's now): the start
+            # nobody approved is news at that severity (central.runtime.alert_rules.status_severity)
+            event.decision.get("severity") or _rule_of(event, fleet, policy)[0].severity,
             "policy:notbefore",
         )
     out = event.outstanding
@@ -113,13 +113,18 @@ def decide(
     return replace(verdict, timeout_cause=cause) if cause else verdict
 
 
-def _by_policy(
-    event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
-) -> Verdict:
+def _rule_of(event: EventRecord, fleet: FleetView, policy: Policy) -> Tuple[Rule, List[VmState]]:
+    """The policy's rule for `event` and the VMs it was matched on."""
     vms = fleet.vms_of(event)
     if agentless(event, vms):  # the platform's facts stand in for the forwarders' (arm_route says which)
         vms = platform_vms(event)
-    rule = policy.rule_for(event.event_type, event.event_source, event.duration, vms)
+    return policy.rule_for(event.event_type, event.event_source, event.duration, vms), vms
+
+
+def _by_policy(
+    event: EventRecord, fleet: FleetView, policy: Policy, now: datetime, config: DecideConfig, timed_out: bool
+) -> Verdict:
+    rule, vms = _rule_of(event, fleet, policy)
     by = f"policy:{rule.name}"
     last = event.approvals[-1] if event.approvals else None
     failover = timed_out or (last is not None and (last.result in ("timeout", "post-failed")

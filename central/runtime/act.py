@@ -30,7 +30,7 @@ from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
 from . import arm_approvals
-from .alert_rules import DEFAULT_FLOOR, below, build, given_up, is_due, lease, next_try, row_op
+from .alert_rules import DEFAULT_FLOOR, build, given_up, is_due, lease, next_try, quiet_status, row_op
 from .approval_queue import ApprovalSender
 from .evaluator import ToSend
 from .results import BatchResult
@@ -216,7 +216,7 @@ class Actor:
             for raw in rec.pending_alerts if rec else []:
                 if raw["key"] in keys:
                     alert = build(rec, Alert.from_json(raw))  # type: ignore[arg-type]
-                    if alert.kind == "event-status" and below(alert.severity, self.alert_floor):
+                    if quiet_status(alert.kind, alert.severity, self.alert_floor):
                         # owed before its severity was known (decided later), or by an instance set lower
                         metrics.alert(alert.kind, "below-floor")
                         delivery = Delivery(False, 0, quiet=True)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import List, Optional, Set
 
 from central.model.alert import ALERT_LEASE, Alert
-from central.model.events import EventRecord
+from central.model.events import ARM_PREFIX, Approval, EventRecord
 from central.model.times import iso, parse
 from central.store import state_rows as rows
 from central.store.tables import Op
@@ -31,11 +31,15 @@ def status_severity(rec: EventRecord, status: str) -> str:
 def approved(rec: EventRecord) -> bool:
     """Its start was approved: a result said so (central's message, ARM's acknowledge, or a VM's own fast
     path reporting its approval), or central's message was out, live, when it started (sent, not taken
-    back by an operator's hold, not expired: a forwarder refuses an expired message)."""
-    return rec.state == "approved" or any(
-        a.result == "approved" or (a.result == "event-started" and a.sent and not a.revoked
-                                   and (a.result_at is None or a.result_at <= a.expires_at))
-        for a in rec.approvals)
+    back by an operator's hold, not expired: a forwarder refuses an expired message). An ARM attempt is
+    marked sent only when its answer is settled, which a start that came first stops: it counts as out."""
+    return rec.state == "approved" or any(a.result == "approved" or _out_when_started(a)
+                                          for a in rec.approvals)
+
+
+def _out_when_started(a: Approval) -> bool:
+    return (a.result == "event-started" and (a.sent or a.vm_name.startswith(ARM_PREFIX)) and not a.revoked
+            and (a.result_at is None or a.result_at <= a.expires_at))
 
 
 def below(severity: str, floor: str) -> bool:
@@ -44,11 +48,16 @@ def below(severity: str, floor: str) -> bool:
     return rank.get(severity, 1) < rank.get(floor, 1)
 
 
+def quiet_status(kind: str, severity: str, floor: str) -> bool:
+    """A status alert under the floor: not posted (any other kind always is)."""
+    return kind == "event-status" and below(severity, floor)
+
+
 def drop_quiet(rec: EventRecord, floor: str) -> Set[str]:
     """Take out of `rec` its owed status alerts under `floor` (their facts are its Incarnations and
     Decisions rows; nothing is posted, written or retried for them): the keys taken out."""
-    quiet = {raw["key"] for raw in rec.pending_alerts if raw.get("kind") == "event-status"
-             and below(status_severity(rec, raw.get("status") or rec.status), floor)}
+    quiet = {raw["key"] for raw in rec.pending_alerts if quiet_status(
+        raw.get("kind", ""), status_severity(rec, raw.get("status") or rec.status), floor)}
     if quiet:
         rec.pending_alerts = [raw for raw in rec.pending_alerts if raw["key"] not in quiet]
     return quiet

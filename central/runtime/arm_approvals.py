@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import requests
 
 from central.model.alert import ALERT_LEASE, Alert
-from central.model.events import SEND_LEASE, Approval, EventRecord
+from central.model.events import ARM_PREFIX, SEND_LEASE, Approval, EventRecord
 from central.model.owner import Owner
 from central.model.times import iso
 from central.policy.decide import ArmSend, Verdict, record
@@ -51,7 +51,6 @@ RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 PAUSE_AFTER_FAILURE = 60.0  # seconds without ARM calls after one could not be made (no token, unreachable)
 
 
-ARM_PREFIX = "arm:"  # an ARM attempt's vm_name: "arm:" + the owner's label (a queue attempt names a VM)
 
 
 def owner_label(attempt: Approval) -> str:

@@ -128,6 +128,9 @@ class FleetState(EventReads, VmReads):
                     self._drop_ended(since)
                     changed, at = since.changed, head
         changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands
+        # (and in another case: the platform feed's spelling of an ended event whose alerts are owed)
+        changed |= self._owed.intersection(
+            other for e in reported if e not in self.active for other in (e.lower(), e.upper()))
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()

@@ -95,6 +95,13 @@ def test_a_start_after_notbefore_passed_unapproved_is_posted(env: Env, hook: Hoo
     past = event("E-past", ["vm-b"], not_before=T0 - timedelta(seconds=30))
     svc.handle_batch([body(b.heartbeat()), body(b.incarnation_env([past], at=T0))], now=T0)
     assert statuses(hook, "E-past") == [("Scheduled", "warning")]
+    # ...at its rule's severity: an info rule's event first seen after its NotBefore is not posted
+    svc_default = env.service()
+    c = Vm("vm-c")
+    user = event("E-past-user", ["vm-c"], source="User", not_before=T0 - timedelta(seconds=30))
+    svc_default.handle_batch([body(c.heartbeat()), body(c.incarnation_env([user], at=T0))], now=T0)
+    assert svc_default.event("E-past-user", now=T0)["state"] == "expired"
+    assert statuses(hook, "E-past-user") == []
 
 
 def test_an_info_rule_s_event_is_not_posted_at_all(env: Env, hook: Hook) -> None:
@@ -153,6 +160,13 @@ def test_status_severity() -> None:
     rec.approvals[-1].revoked, rec.approvals[-1].result_at = False, T0 + timedelta(minutes=7)
     assert status_severity(rec, "Started") == "warning"  # expired before the start: forwarders refuse it
     rec.approvals[-1].result_at = T0 + timedelta(minutes=1)
+    arm = Approval(2, "arm-E-1-2", "", "arm:vmss/web", "", "approve", "policy:reboots", T0,
+                   T0 + timedelta(minutes=6), sent=False)  # ARM's: marked sent once its answer settles
+    arm.result, arm.result_at = "event-started", T0 + timedelta(minutes=1)
+    rec.approvals = [arm]
+    assert status_severity(rec, "Started") == "info"
+    rec.approvals = [Approval(1, "m1", "id-a", "vm-a", "q-a", "hook-then-approve", "policy:reboots", T0,
+                              T0 + timedelta(minutes=6), result="approved", result_at=T30)]
     rec.approvals[-1].result = "hook-failed"
     assert status_severity(rec, "Started") == "warning"  # refused: Azure started it anyway
     assert status_severity(rec, "Completed") == "info" and status_severity(rec, "Cancelled") == "info"

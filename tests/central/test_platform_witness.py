@@ -182,6 +182,30 @@ def test_a_late_vm_report_is_recognised_by_an_instance_whose_cache_still_holds_t
     assert [m["eventId"] for m in env.messages(vm.vm_id)] in ([], [upper.lower()])  # (A's own, while open)
 
 
+def test_a_late_vm_report_in_another_case_joins_an_ended_record_whose_alert_is_still_owed(
+        env: Env, hook: Hook) -> None:
+    """As above, but the platform's record keeps its open row after it ended: its end's alert is still owed
+    (the webhook is down, the floor at info). Instance A dropped it from its open events unread; a VM's late
+    upper-case report reads that row (as a report in the same case does): no second record, no approval."""
+    upper = str(uuid.uuid4()).upper()
+    a_inst, b_inst = env.service(), env.service(STATUS_ALERT_MIN_SEVERITY="info", ALERT_MAX_ATTEMPTS="1")
+    vm = Vm("web_10")
+    a_inst.handle_batch([body(vm.heartbeat())], now=T0)
+    a_inst.handle_platform_batch([msg(grid(upper.lower(), ["web_10"], "Scheduled", grid_id="g-s"))],
+                                 now=T0 + S)
+    sent = len(env.messages(vm.vm_id))
+    hook.fail_next(10)
+    b_inst.handle_platform_batch([msg(grid(upper.lower(), ["web_10"], "Canceled", grid_id="g-c"))],
+                                 now=T0 + 2 * S)
+    hook.fail_next(0)
+    (row,) = env.rows("Events")
+    assert row["EventId"] == upper.lower() and row["Ended"] is True and row["PendingAlertCount"] >= 1
+    a_inst.handle_batch([body(vm.incarnation_env([event(upper, ["web_10"])], at=T0 + 3 * S))],
+                        now=T0 + 4 * S)
+    assert [r["EventId"] for r in env.rows("Events")] == [upper.lower()]
+    assert len(env.messages(vm.vm_id)) == sent  # nothing more sent for an ended event
+
+
 def test_redelivery_is_a_duplicate_and_status_only_moves_forward(env: Env, hook: Hook) -> None:
     svc = env.service()
     vm = Vm("web-7")
