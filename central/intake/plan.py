@@ -21,7 +21,7 @@ from central.intake import bounds as limits
 from central.intake import parse as env_mod
 from central.model.alert import Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
-from central.model.events import EventRecord
+from central.model.events import EventRecord, spellings
 from central.model.times import iso
 from central.model.vms import VmState
 from central.policy.approval_results import apply_result  # a result's effect (shared with replays)
@@ -208,7 +208,7 @@ class Planner:
         that is not open (central.runtime.ingest._prepare): a late report of it is then recognised."""
         if event_id in plan.changes.events or event_id in self.state.active:
             return event_id
-        others = [other for other in (event_id.lower(), event_id.upper()) if other != event_id]
+        others = spellings(event_id)[1:]
         for other in others:
             if other in plan.changes.events or other in self.state.active:
                 return other

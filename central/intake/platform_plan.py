@@ -28,7 +28,7 @@ from central.intake.platform import Parsed, PlatformEvent
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.clone import clone_event
 from central.model.envelope import BadEnvelope
-from central.model.events import RANK, EventRecord
+from central.model.events import RANK, EventRecord, spellings
 from central.model.times import iso
 from central.store import log_rows as logrows
 from central.store.fleet_state import FleetState
@@ -95,7 +95,7 @@ def _spelling(plan: Plan, state: FleetState, event_id: str) -> str:
     """The EventId as central keeps it: the spelling of a record that exists in any case, else the platform's.
     An EventId is a GUID, the same on both witnesses (docs: "the same as the IMDS EventId"), but Event Grid's
     own samples write it in lower case where IMDS writes upper case: one event must stay one record."""
-    for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
+    for candidate in spellings(event_id):
         if candidate in plan.changes.events:
             return candidate
     rec, _ = state.find_event_any_case(event_id)  # (what an id an operator typed is looked up with)

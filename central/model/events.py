@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .times import iso, parse
 
@@ -24,6 +24,12 @@ SEND_LEASE = timedelta(seconds=30)
 SEND_MARGIN = timedelta(seconds=10)
 MAX_RESOURCES = 1000  # the union of every reporter's Resources (limits.MAX_RESOURCES_PER_EVENT each)
 ARM_PREFIX = "arm:"  # an ARM attempt's vm_name: "arm:" + the owner's label (a queue attempt names a VM)
+
+
+def spellings(event_id: str) -> Tuple[str, ...]:
+    """An EventId as given, then its other cases: a GUID that IMDS writes upper-case and Event Grid (and
+    people pasting it) lower-case names one event."""
+    return tuple(dict.fromkeys((event_id, event_id.upper(), event_id.lower())))
 
 
 @dataclass

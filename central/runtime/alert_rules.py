@@ -13,6 +13,7 @@ from central.store import state_rows as rows
 from central.store.tables import Op
 
 SEVERITIES = ("info", "warning", "critical")  # STATUS_ALERT_MIN_SEVERITY's values, least first
+_RANK = {name: i for i, name in enumerate(SEVERITIES)}
 DEFAULT_FLOOR = "warning"  # an event's routine statuses (started as approved, ended) are not posted
 ALERT_ROUNDS = 5  # delivery rounds of a non-critical alert (the first call + timer retries), then given up
 RETRY_CAP = timedelta(hours=1)  # a critical alert is never given up: retried with backoff up to this
@@ -44,8 +45,7 @@ def _out_when_started(a: Approval) -> bool:
 
 def below(severity: str, floor: str) -> bool:
     """Under the floor (STATUS_ALERT_MIN_SEVERITY): not posted. An unknown severity counts as warning."""
-    rank = {name: i for i, name in enumerate(SEVERITIES)}
-    return rank.get(severity, 1) < rank.get(floor, 1)
+    return _RANK.get(severity, 1) < _RANK.get(floor, 1)
 
 
 def quiet_status(kind: str, severity: str, floor: str) -> bool:

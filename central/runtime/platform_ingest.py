@@ -17,6 +17,7 @@ from central.intake import platform
 from central.intake.plan import Plan
 from central.intake.platform_plan import plan_platform
 from central.model.alert import ALERT_LEASE, Alert
+from central.model.events import spellings
 from central.model.times import iso
 from central.policy import witness
 from central.policy.witness import WitnessRules
@@ -64,7 +65,7 @@ class PlatformIngest:
             self.state.ensure_loaded()
             self.state.forget_absent()
             if ids:  # (both spellings: platform_plan._spelling looks an event up in either case)
-                self.state.prefetch_ended(ids + [i.upper() for i in ids] + [i.lower() for i in ids])
+                self.state.prefetch_ended([s for i in ids for s in spellings(i)])
             return plan_platform(self.state, segment, now, self.ingest.raised)
 
         def set_aside(item: Tuple[platform.Parsed, datetime], why: str) -> Set[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import AbstractSet, Callable, Dict, Iterable, Optional, Set, Tuple
 
-from central.model.events import EventRecord
+from central.model.events import EventRecord, spellings
 from central.store import state_rows as rows
 
 from . import head_log
@@ -141,7 +141,7 @@ class EventReads:
     def find_event_any_case(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
         """find_event for an id an operator typed: Azure's EventIds are upper-case GUIDs, people paste
         them in any case."""
-        for candidate in dict.fromkeys((event_id, event_id.upper(), event_id.lower())):
+        for candidate in spellings(event_id):
             rec, active = self.find_event(candidate)
             if rec is not None:
                 return rec, active

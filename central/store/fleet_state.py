@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import AbstractSet, Dict, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
-from central.model.events import EventRecord
+from central.model.events import EventRecord, spellings
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
@@ -130,7 +130,7 @@ class FleetState(EventReads, VmReads):
         changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands
         # (and in another case: the platform feed's spelling of an ended event whose alerts are owed)
         changed |= self._owed.intersection(
-            other for e in reported if e not in self.active for other in (e.lower(), e.upper()))
+            other for e in reported if e not in self.active for other in spellings(e)[1:])
         self.forget_absent()
         unknown = {v for v in vm_names if v not in self.vms}
         names = {n for v, n in vm_names.items()
@@ -139,8 +139,7 @@ class FleetState(EventReads, VmReads):
         # an id not open, in none of its cases, may name an ended record in another case (the platform
         # feed's spelling; central.intake.plan's _spelling): those rows too, after the catch-up above
         ended |= {other for e in reported if e not in self.active and e not in self.ended
-                  for other in {e.lower(), e.upper()} - {e}
-                  if other not in self.active and other not in self.ended}
+                  for other in spellings(e)[1:] if other not in self.active and other not in self.ended}
         keys = ([rows.vm_key(v) for v in unknown] + [rows.name_key(n) for n in names]
                 + [rows.event_key(e, active=True) for e in changed]
                 + [rows.event_key(e, active=False) for e in ended])
