@@ -50,6 +50,7 @@ class FakeVm:
 
     def __init__(self, index: int) -> None:
         self.name = f"bench_{index}"
+        self.scale_set = f"bench-{index // 100}"  # 100 VMs a scale set: the hub key spreads them (forwarder)
         self.vm_id = str(uuid.uuid4())
         self.incarnation = 0
         self.beats = 0
@@ -58,7 +59,7 @@ class FakeVm:
         return {
             "vmId": self.vm_id,
             "name": self.name,
-            "vmScaleSetName": "bench",
+            "vmScaleSetName": self.scale_set,
             "resourceId": f"/subscriptions/0/resourceGroups/rg/providers/Microsoft.Compute/vm/{self.name}",
             "tags": {"role": "bench"},
         }

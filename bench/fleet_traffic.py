@@ -1,6 +1,6 @@
 """What many forwarders publish, made up for the fleet benchmarks (bench.fleet_scale, bench.fleet_units):
 the fleet's heartbeats with a maintenance wave's incarnations, each signed as its VM's forwarder signs it
-(central runs in its default AUTHN_MODE=required), sent to the partition its VM's key picks."""
+(central runs in its default AUTHN_MODE=required), sent to the partition its VM's scale set picks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Dict, List
 from azure.eventhub import EventData, EventHubProducerClient
 
 from bench.central_throughput import FakeVm
+from forwarder.envelope import hub_partition_key
 from sandbox.imds.signer import Signer
 
 HUB = "scheduled-events"
@@ -41,8 +42,9 @@ def _signed(body: bytes) -> EventData:
 
 
 def partition_of(body: bytes) -> int:
-    """The partition `publish` sends an envelope to (its VM's, as the forwarder's partition key does)."""
-    return zlib.crc32(json.loads(body)["partitionkey"].encode()) % PARTITIONS
+    """The partition `publish` sends an envelope to: its hub partition key's (the forwarder's: the VM's scale
+    set), hashed as the sandbox's Event Hubs server hashes it."""
+    return zlib.crc32(hub_partition_key(json.loads(body)).encode()) % PARTITIONS
 
 
 def warmup_vms() -> List[FakeVm]:

@@ -10,25 +10,19 @@ a wrapper's own cost lands in the caller's phase, alike on both sides. Prints, p
 side, the difference and the calls; with `--runs`, the median [min-max] of each difference, and the extra
 work priced. A diagnostic, not a goal: `python -m bench` does not run it (IN_BENCH).
 
-`--experiment group-routing` plays a design that is not built (docs/sizing.md, the ninth stop): each scale
-set (the budget's group) routed to one partition on both sides (bench.wave_sim --route scale-set), and each
-of the 4 instances' catch-ups reading only the changed events of its own partitions (central's
-EventReads._changed_since filtered for the play). It measures what that design could save, nothing more:
-the copies it leaves stale are no safety argument (a decision on another group's stale copies, such as the
-minute timer's, could pass a budget); each play prints whether any event was approved twice and the budget's
-peak.
+`--route vm` plays the forwarder's partition key before issue 24's group tags (each VM by its vmId): every
+instance then decides in every scale set, and reads what the others change in it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import sys
 import time
 from collections import Counter
 from statistics import median
-from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from bench import side_by_side, table_memory_net, wave_sim
 from bench.table_memory import MemoryStorage
@@ -112,58 +106,11 @@ def phases_timed(ledger: Ledger) -> Iterator[Ledger]:
             setattr(owner, name, original)
 
 
-@contextlib.contextmanager
-def own_partitions_only(instances: int) -> Iterator[None]:
-    """For the block: each instance's catch-up reads only the changed events of the partitions it owns in
-    bench.wave_sim (partition p: instance p % instances). An event is placed by the wave's own naming (the
-    first hex digits of its VM's vmId), from the VMs the wave builds in the block; the instances are
-    numbered in the order the wave builds them (instance 0 first)."""
-    from central.store import head_log
-    from central.store.event_reads import EventReads
-
-    partition_of: Dict[str, int] = {}
-    built = itertools.count()
-    vm_init, build, changed_since = wave_sim.SimVm.__init__, wave_sim.build, EventReads._changed_since
-
-    def placed(vm: Any, index: int, route: str = "vm") -> None:
-        vm_init(vm, index, route)
-        for digits in (8, 13):  # (wave_sim names an event after 8 digits, 13 when two vmIds share 8)
-            partition_of[f"E-{vm.vm_id[:digits]}".upper()] = vm.partition
-
-    def numbered(*args: Any, **kwargs: Any) -> Any:
-        service, transport = build(*args, **kwargs)
-        service.state.experiment_instance = next(built)
-        return service, transport
-
-    def own_changes(self: Any, head: Any) -> Any:
-        found = changed_since(self, head)
-        mine = getattr(self, "experiment_instance", None)
-        if found is None or mine is None:
-            return found
-        def own(ids: Set[str]) -> Set[str]:
-            return {e for e in ids if partition_of[e] % instances == mine}
-
-        return head_log.Since(own(found.changed), own(found.gone), own(found.owed))
-
-    wave_sim.SimVm.__init__, wave_sim.build = placed, numbered  # type: ignore[method-assign]
-    EventReads._changed_since = own_changes  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        wave_sim.SimVm.__init__, wave_sim.build = vm_init, build  # type: ignore[method-assign]
-        EventReads._changed_since = changed_since  # type: ignore[method-assign]
-
-
-def measure(args: argparse.Namespace, instances: int, tag: str, experiment: str = "") -> Dict[str, Any]:
+def measure(args: argparse.Namespace, instances: int, tag: str) -> Dict[str, Any]:
     """One play of the wave: its figures (bench.wave_sim's) and central's CPU and calls by phase."""
     run = argparse.Namespace(**{**vars(args), "instances": instances})
     storage = MemoryStorage()
-    with contextlib.ExitStack() as stack:
-        if experiment:
-            run.route = "scale-set"
-            if instances > 1:
-                stack.enter_context(own_partitions_only(instances))
-        ledger = stack.enter_context(phases_timed(Ledger(lambda: storage.cpu)))
+    with phases_timed(Ledger(lambda: storage.cpu)) as ledger:
         figures = wave_sim.simulate(run, table_memory_net.connection_string(), Model(), tag, storage)
     return {"figures": figures, "cpu": dict(ledger.cpu), "calls": dict(ledger.calls)}
 
@@ -180,9 +127,9 @@ def priced(figures: Dict[str, Any]) -> float:
             + figures["requests"] / 10_000 * PRICES["table_10k"].usd)
 
 
-def pair(sim: argparse.Namespace, experiment: str = "") -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def pair(sim: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """4 instances and 1, side by side."""
-    return side_by_side.run(lambda: measure(sim, 4, "m", experiment), measure, sim, 1, "o", experiment)
+    return side_by_side.run(lambda: measure(sim, 4, "m"), measure, sim, 1, "o")
 
 
 def main(argv: List[str]) -> int:
@@ -190,15 +137,15 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--vms", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--experiment", choices=("group-routing",), default="",
-                        help="play a design not built (module docstring)")
+    parser.add_argument("--route", choices=("vm", "scale-set"), default="scale-set",
+                        help="the simulated forwarders' partition key (bench.wave_sim --route)")
     args = parser.parse_args(argv)
     sim = wave_sim.parser().parse_args(["--vms", str(args.vms), "--events", str(args.events),
-                                        "--max-real-seconds", "600"])
+                                        "--max-real-seconds", "600", "--route", args.route])
     diffs: Dict[str, List[float]] = {}
     extra_usd: List[float] = []
     for run in range(args.runs):
-        many, one = pair(sim, args.experiment)
+        many, one = pair(sim)
         m, o = many["figures"], one["figures"]
         m1k, o1k = per_thousand(m, "invocation_cpu_s"), per_thousand(o, "invocation_cpu_s")
         cpu_ratio, trips_ratio = ratios(m, o)

@@ -60,6 +60,7 @@ from bench.fleet_units import wave_incarnation
 from bench.table_memory import MemoryStorage
 from bench.table_model import Model, ModelTransport
 from bench.wave_report import Outcome, compare, report, summarize
+from forwarder.envelope import hub_partition_key
 from sandbox import processes
 
 REPEATS_INSIDE = True  # `python -m bench` runs it once (bounded: 420 s + 3 x 50 s): seeded, virtual time
@@ -87,11 +88,11 @@ MAX_WAIT = _seconds(HOST.get("maxWaitTime", "00:00:00")) if BATCH_MIN > 1 else 0
 
 
 class SimVm(FakeVm):
-    def __init__(self, index: int, route: str = "vm") -> None:
+    def __init__(self, index: int, route: str = "scale-set") -> None:
         super().__init__(index)
         self.scale_set = f"ss{index // SCALE_SET_SIZE}"
-        # the Event Hubs partition key: the forwarder's (its vmId), or its scale set (`--route scale-set`)
-        key = self.scale_set if route == "scale-set" else self.vm_id
+        # the Event Hubs partition key: the forwarder's (its scale set), or its vmId (`--route vm`: before)
+        key = hub_partition_key({"data": {"vm": self.identity()}}) if route == "scale-set" else self.vm_id
         self.partition = zlib.crc32(key.encode()) % PARTITIONS
 
     def identity(self) -> Dict[str, Any]:
@@ -130,7 +131,7 @@ def simulate(args: argparse.Namespace, connection: str, model: Model, tag: str,
     instances = args.instances
     services = [build(settings, model, storage, args.http) for _ in range(instances)]
     rng = random.Random(24)
-    vms = [SimVm(i, getattr(args, "route", "vm")) for i in range(args.vms)]
+    vms = [SimVm(i, getattr(args, "route", "scale-set")) for i in range(args.vms)]
     out = Outcome()
     arrivals: List[List[Tuple[float, int, Optional[bytes], str]]] = [[] for _ in range(PARTITIONS)]  # heaps
     seq = [0]
@@ -307,9 +308,9 @@ def parser() -> argparse.ArgumentParser:
                         help="the same bound for each 1,000-VM validation run")
     parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True,
                         help="also 1,000 VMs / 100 events twice: the model's latencies vs Azurite's own")
-    parser.add_argument("--route", choices=("vm", "scale-set"), default="vm",
-                        help="each VM's Event Hubs partition: by its vmId, as the forwarder sends it, or by "
-                             "its scale set (bench.wave_phases --experiment: a design not built)")
+    parser.add_argument("--route", choices=("vm", "scale-set"), default="scale-set",
+                        help="each VM's Event Hubs partition: by its scale set, as the forwarder sends it "
+                             "(forwarder.envelope.hub_partition_key), or by its vmId (the forwarder before)")
     parser.add_argument("--store", choices=("memory", "azurite"), default="memory",
                         help="the main run's Table/Queue service: the in-memory stand-in or Azurite")
     parser.add_argument("--http", choices=("direct", "requests"), default="direct",

@@ -11,6 +11,7 @@ from central.model.events import EventRecord
 from central.model.vms import VmState
 
 from .budgets import KNOWN_WITHIN, Budget, group_members
+from .group_tags import StaleGroups, tag
 from .witness import WitnessRules, counted
 
 IMPACTING_STATES = ("approving", "approved", "expired")  # expired: NotBefore passed, starts any moment
@@ -36,6 +37,9 @@ class FleetView:
     known: Optional[Callable[[], Sequence[VmState]]] = None
     rules: WitnessRules = field(default_factory=WitnessRules)  # DecideConfig.witness
     groups_hint: Optional[GroupsHint] = None
+    # the group tags whose changed events the cache has not read (central.policy.group_tags): a count of
+    # one of those groups raises StaleGroups instead of counting stale copies
+    stale: FrozenSet[str] = frozenset()
     _sizes: Dict[str, Dict[str, int]] = field(default_factory=dict)
     _members: Dict[Tuple[Budget, str], Dict[str, Set[str]]] = field(default_factory=dict)  # -> vm -> events
     _marked: List[EventRecord] = field(default_factory=list)  # made impacting by this pass
@@ -53,6 +57,8 @@ class FleetView:
     def impacting_in(self, budget: Budget, groups: Iterable[str], now: datetime) -> List[EventRecord]:
         """The impacting events that may have VMs in `groups` of `budget`: those the hint puts there and
         those it knows nothing of (every impacting event without a hint). Indexed once per budget."""
+        groups = list(groups)
+        self._fresh(groups)
         if self.groups_hint is None:
             return self.impacting_events(now)
         index = self._by_group.get(budget)
@@ -70,6 +76,13 @@ class FleetView:
         found = {id(rec): rec for group in groups for rec in by_group.get(group, ())}
         return unknown + [rec for rec in found.values()]
 
+    def _fresh(self, groups: Sequence[str]) -> None:
+        if self.stale:
+            found = frozenset(self.stale) if self.groups_hint is None else frozenset(
+                t for t in map(tag, groups) if t in self.stale)
+            if found:
+                raise StaleGroups(found)
+
     def vms_of(self, event: EventRecord) -> List[VmState]:
         vms = self.vms_by_name  # one lookup per name (a budget count asks for every impacting event's VMs)
         return [vm for vm in map(vms.get, event.resources) if vm is not None]
@@ -77,6 +90,7 @@ class FleetView:
     def _group_members(self, budget: Budget, group: str, now: datetime) -> Dict[str, Set[str]]:
         found = self._members.get((budget, group))
         if found is None:
+            self._fresh([group])
             found = self._members[(budget, group)] = {}
             for other in [*self.impacting_in(budget, [group], now), *self._marked]:
                 self._add(found, budget, group, other, now)

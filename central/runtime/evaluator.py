@@ -31,6 +31,7 @@ from central.policy.decide import (
 )
 from central.policy.document import Policy
 from central.policy.fleet_view import FleetView
+from central.policy.group_tags import StaleGroups
 from central.store import log_rows as logrows
 from central.store.fleet_state import EVENTS_PER_COMMIT, Changes, FleetState
 from central.store.tables import MAX_OPS, Conflict, StoreError, TableLog
@@ -113,7 +114,7 @@ class Evaluator:
         hint = groups_hint(self.state.named, planned_vms, now, self.config.liveness)
         view = FleetView(LazyVms(first, then, read), open_events, self.config.liveness,
                          known if self.policy.needs_group_sizes else None, rules=self.config.witness,
-                         groups_hint=hint)
+                         groups_hint=hint, stale=self.state.stale_tags())
         return view
 
     def run(self, event_ids: Optional[Iterable[str]], now: datetime, result: BatchResult) -> List[ToSend]:
@@ -127,7 +128,12 @@ class Evaluator:
             if not candidates:
                 return []
             fleet = self.view(now, candidates)
-            done = self.decide_pass(candidates, fleet, now)
+            try:
+                done = self.decide_pass(candidates, fleet, now)
+            except StaleGroups as exc:  # a group whose changes this cache deferred: read them, decide again
+                self.state.read_deferred(exc.tags)
+                result.stale_groups += 1
+                continue
             try:
                 self._commit(done.changed, now)
             except Conflict as exc:
@@ -177,7 +183,7 @@ class Evaluator:
     def decide_pass(self, candidates: List[EventRecord], fleet: FleetView, now: datetime) -> Pass:
         """Decide `candidates` in order on working copies (nothing written): what to commit, then send."""
         shadow_fleet = (FleetView(fleet.vms_by_name, fleet.open_events, fleet.liveness, fleet.known,
-                                  fleet.rules, fleet.groups_hint)
+                                  fleet.rules, fleet.groups_hint, fleet.stale)
                         if self.shadow is not None else None)  # same facts, its own budget counts
         done = Pass()
         for rec in candidates:

@@ -25,6 +25,7 @@ from central.intake.sender import claimed_subscriptions
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.policy.fleet_view import seen_by_others
+from central.policy.group_tags import StaleGroups
 from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
@@ -201,7 +202,12 @@ class Ingest:
         for _ in range(MAX_TRIES):
             plan = plan_once()
             # the touched events decided in this very transaction (central.runtime.inline): one head commit
-            done = decider.decide_planned(plan.changes, plan.touched, now) if decider is not None else None
+            try:
+                done = None if decider is None else decider.decide_planned(plan.changes, plan.touched, now)
+            except StaleGroups as exc:  # a group whose changes the catch-up deferred: read them, plan again
+                self.state.read_deferred(exc.tags)
+                result.stale_groups += 1
+                continue
             for rec in plan.changes.events.values():  # (decided now: the rule's severity is known)
                 drop_quiet(rec, self.alert_floor)
             # (and by the decisions' pass on the copies that replace the plan's)
@@ -287,8 +293,15 @@ class Ingest:
                     if isinstance(event, dict)]
         # what changed since the cached head: a plan on stale rows loses its race
         may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
+        wanted = None
+        if may_change:  # the budget groups its decisions will likely count (central.policy.group_tags)
+            lists = {str(event.get("EventId")): [str(n) for n in event.get("Resources") or [] if n]
+                     for e in envs if e.type == INCARNATION
+                     for event in (e.data.get("document") or {}).get("Events") or []
+                     if isinstance(event, dict)}
+            wanted = self.state.wanted_tags({e.vm_id: e.data.get("vm") or {} for e in envs}, lists)
         self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change,
-                                 seen_after=now - RIDER_SEEN_WITHIN)
+                                 seen_after=now - RIDER_SEEN_WITHIN, wanted=wanted)
         unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
         if unbound:  # a VM seen for the first time (or one that lost its name): the holder of its name
             holders = [self.state.bound_vm(n) for n in unbound]

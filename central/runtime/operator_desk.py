@@ -128,7 +128,7 @@ class OperatorDesk:
         was_held, mine.operator_hold = mine.operator_hold, False
         fleet = self.evaluator.view(now, [mine])
         view = FleetView(dict(fleet.vms_by_name), fleet.open_events, self.config.liveness, fleet.known,
-                         fleet.rules, fleet.groups_hint)
+                         fleet.rules, fleet.groups_hint, fleet.stale)
         if via == "arm" and arm_owner(mine, view.vms_of(mine)) is None:
             raise InvalidRequest(f"cannot approve {mine.event_id} through ARM: its owning resource is not "
                                  "known (no platform feed for it, and no forwarder of its VMs reported it)")

@@ -56,6 +56,7 @@ class BatchResult:
     alerts_failed: int = 0
     transactions: int = 0
     conflicts: int = 0  # lost races, re-read and decided again
+    stale_groups: int = 0  # decisions that read a budget group's deferred changes, then decided again
     errors: List[str] = field(default_factory=list)
 
     def to_json(self) -> Dict[str, Any]:

@@ -22,6 +22,7 @@ from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
 from central.policy import document as policy_mod
 from central.policy.decide import DecideConfig
+from central.policy.group_tags import Grouping
 from central.policy.witness import WitnessRules
 from central.policy.witness import scopes as witness_scopes
 from central.store.fleet_state import Changes, FleetState
@@ -87,6 +88,9 @@ class CentralService:
                                  timedelta(seconds=settings.confirm_grace)),
         )
         self.state = FleetState(store)
+        # the head's log tags each change with its budget groups (central.policy.group_tags)
+        self.state.grouping = Grouping.of([*self.policy.budgets.values(),
+                                           *(shadow.budgets.values() if shadow is not None else ())])
         self.ingest = Ingest(self.state, store, heartbeat_log_every(settings.heartbeat_missing_minutes))
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)

@@ -5,9 +5,10 @@ read one at a time), and finding an event in either."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import AbstractSet, Callable, Dict, Iterable, Optional, Set, Tuple
+from typing import AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
 from central.model.events import EventRecord, spellings
+from central.model.vms import VmState
 from central.store import state_rows as rows
 
 from . import head_log
@@ -30,6 +31,13 @@ class EventReads:
     reads: int
     _absent: Set[str]
     _owed: Set[str]  # ended events whose active rows (kept while alerts are owed) this cache has not read
+    # changed events a catch-up did not read, none of whose budget groups it decided in (group_tags): their
+    # group tags, and the events by tag; read before a decision counts one of those groups
+    _deferred: Dict[str, FrozenSet[str]]
+    _deferred_by_tag: Dict[str, Set[str]]
+    grouping: Optional[head_log.Tagger]  # the budgets the log is tagged under (None: untagged, as before)
+    vms: Dict[str, Tuple[VmState, Optional[str]]]  # central.store.vm_reads
+    named: Dict[str, VmState]
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
 
     def _read_head(self) -> Tuple[Optional[head_log.Head], Optional[str]]:
@@ -45,23 +53,102 @@ class EventReads:
         head = head_log.Head(*rows_read[rows.HEAD]) if rows.HEAD in rows_read else None
         return head, rows_read[rows.BOOK][1] if rows.BOOK in rows_read else None
 
-    def _changed_since(self, head: Optional[head_log.Head]) -> Optional[head_log.Since]:
+    def _changed_since(self, head: Optional[head_log.Head],
+                       wanted: Optional[FrozenSet[str]] = None) -> Optional[head_log.Since]:
         """What the head (read now) says changed since the head this cache holds; None when its log does not
-        reach back, or names so many events to read that one read of every active row costs less."""
+        reach back, or names so many events to read (those of groups tagged `wanted`, or untagged; None: all)
+        that one read of every active row costs less."""
         if head is None:
             return None
         moved = head.seq > self.head_seq or head.etag == self.head_etag  # (the same seq rewritten: read all)
-        since = (head_log.changed_since(head.log, self.head_seq, head.seq) if self.head_etag and moved
-                 else None)
-        if since is None or len(since.changed) > max(CATCH_UP_MIN, len(self.active) // 4):
+        since = (head_log.changed_since(head.log, self.head_seq, head.seq, self.fingerprint())
+                 if self.head_etag and moved else None)
+        if since is None or _to_read(since, wanted) > max(CATCH_UP_MIN, len(self.active) // 4):
             self.catch_ups["all"] += 1
             return None
         return since
 
-    def _vms_changed_since(self, head: head_log.Head) -> Set[str]:
+    def fingerprint(self) -> str:
+        return self.grouping.fingerprint if self.grouping is not None else ""
+
+    def _vms_changed_since(self, head: head_log.Head, wanted: Optional[FrozenSet[str]]) -> Set[str]:
         """The VMs the head (read now) says reported the events changed since the head this cache holds
-        (head_log.VMS_COLUMN: a hint; empty when it does not reach back)."""
-        return head_log.ids_since(head.vms, self.head_seq, head.seq) or set()
+        (head_log.VMS_COLUMN: a hint; empty when it does not reach back), those of groups tagged `wanted`
+        (None: all) or untagged."""
+        found = head_log.changed_since(head.vms, self.head_seq, head.seq, self.fingerprint())
+        if found is None:
+            return set()
+        return {v for v in found.changed
+                if wanted is None or v not in found.tags or not found.tags[v].isdisjoint(wanted)}
+
+    # ---- deferred events (central.policy.group_tags) --------------------------------------------
+    def wanted_tags(self, senders: Mapping[str, Mapping[str, Any]],
+                    reported: Mapping[str, Iterable[str]]) -> Optional[FrozenSet[str]]:
+        """The budget-group tags a plan's decisions will likely count: those of its senders (vmId -> the
+        envelope's data.vm; the cached row, else the identity it reports: a VM's groups never change) and of
+        the VMs the reported events name (EventId -> the names its document lists). A decision counting
+        another group reads it then (StaleGroups). None (read every change) when a name is not known or
+        there is no grouping."""
+        if self.grouping is None:
+            return None
+        vms: Dict[str, Optional[VmState]] = {}
+        for vm_id, identity in senders.items():
+            vm = self.vms[vm_id][0] if vm_id in self.vms else None
+            if vm is None:
+                vm = VmState(vm_id, str(identity.get("name") or ""))
+                vm.bind_identity(dict(identity))
+            vms[vm.name] = vm
+        named = [vms.get(n) or self.named.get(n) for names in reported.values() for n in names]
+        return self.grouping.tags_of([*vms.values(), *named])
+
+    def event_tags(self, rec: EventRecord, planned: Dict[str, VmState]) -> Optional[FrozenSet[str]]:
+        """The budget-group tags of an event's VMs before and after a change (`planned`: the change's VM
+        rows, by name); None when one is not known or there is no grouping."""
+        if self.grouping is None:
+            return None
+        names = set(rec.resources)
+        cached = self.active.get(rec.event_id)
+        if cached is not None:
+            names.update(cached[0].resources)
+        return self.grouping.tags_of(planned.get(n) or self.named.get(n) for n in names)
+
+    def _split(self, since: head_log.Since, wanted: Optional[FrozenSet[str]],
+               always: AbstractSet[str]) -> Set[str]:
+        """The changed events to read now: untagged, of a group tagged `wanted` (None: all), or in `always`;
+        the others deferred. Deferred events of a `wanted` group or in `always` are read now too."""
+        if wanted is None:
+            return set(since.changed) | set(self._deferred)
+        now = {e for e in since.changed if e in always or _needed(since, e, wanted)}
+        for event_id in since.changed - now:
+            self._defer(event_id, since.tags[event_id])
+        now |= {e for t in wanted for e in self._deferred_by_tag.get(t, ())}
+        now |= {e for e in always if e in self._deferred}
+        return now
+
+    def _defer(self, event_id: str, tags: FrozenSet[str]) -> None:
+        tags = tags | self._deferred.get(event_id, frozenset())
+        self._deferred[event_id] = tags
+        for t in tags:
+            self._deferred_by_tag.setdefault(t, set()).add(event_id)
+
+    def _undefer(self, event_id: str) -> None:
+        for t in self._deferred.pop(event_id, ()):
+            ids = self._deferred_by_tag[t]
+            ids.discard(event_id)
+            if not ids:
+                del self._deferred_by_tag[t]
+
+    def stale_tags(self) -> FrozenSet[str]:
+        """The group tags some deferred event carries: a decision counting one of those groups must not run
+        on this cache before `read_deferred`."""
+        return frozenset(self._deferred_by_tag)
+
+    def read_deferred(self, tags: Optional[AbstractSet[str]] = None) -> None:
+        """Read the deferred events of groups tagged `tags` (None: all of them)."""
+        wanted = (set(self._deferred) if tags is None
+                  else {e for t in tags for e in self._deferred_by_tag.get(t, ())})
+        if wanted:
+            self._read_events(wanted)
 
     def _hold_head(self, head: head_log.Head) -> None:
         """The cache now holds every event as of `head` (read with them, or its changed events were read)."""
@@ -81,6 +168,7 @@ class EventReads:
             self.active.pop(event_id, None)
             self._absent.discard(event_id)
             self._owed.discard(event_id)
+            self._undefer(event_id)
         self._owed |= since.owed - keep
 
     def _read_events(self, event_ids: Iterable[str]) -> None:
@@ -93,6 +181,7 @@ class EventReads:
         for event_id in event_ids:
             self._absent.discard(event_id)
             self._owed.discard(event_id)
+            self._undefer(event_id)
             got = found.get(rows.event_key(event_id, active=True))
             if got is not None:
                 self.active[event_id] = (rows.event_from_entity(got[0]), got[1] or "")
@@ -121,7 +210,7 @@ class EventReads:
     def find_event(self, event_id: str) -> Tuple[Optional[EventRecord], bool]:
         """(record, active) for a known event: the active cache, else an ended one (a late report of an
         event that ended any time ago is recognised), else (None, False): new."""
-        if event_id in self._owed:  # ended, its active row not read yet
+        if event_id in self._owed or event_id in self._deferred:  # its row changed, not read yet
             self._read_events([event_id])
         if event_id in self.active:
             return self.active[event_id][0], True
@@ -151,3 +240,15 @@ class EventReads:
         self.ended[rec.event_id] = rec
         while len(self.ended) > ENDED_CACHE:
             self.ended.popitem(last=False)
+
+
+def _needed(since: head_log.Since, event_id: str, wanted: Optional[FrozenSet[str]]) -> bool:
+    """A decision in the groups tagged `wanted` (None: any) may read this changed event: untagged, or tagged
+    with one of them."""
+    tags = since.tags.get(event_id)
+    return wanted is None or tags is None or not tags.isdisjoint(wanted)
+
+
+def _to_read(since: head_log.Since, wanted: Optional[FrozenSet[str]]) -> int:
+    """How many of the changed events a catch-up for groups tagged `wanted` (None: all) reads now."""
+    return sum(1 for e in since.changed if _needed(since, e, wanted))

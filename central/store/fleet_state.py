@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import AbstractSet, Dict, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
 from central.model.events import EventRecord, spellings
@@ -59,6 +59,9 @@ class FleetState(EventReads, VmReads):
         self.named: Dict[str, VmState] = {}  # VM name -> its holder's row as last read or written
         self._absent: Set[str] = set()  # EventIds with no ended row, for one planning attempt
         self._owed: Set[str] = set()  # ended events with alerts owed, dropped unread (event_reads)
+        self._deferred: Dict[str, FrozenSet[str]] = {}  # changed events of groups not decided in
+        self._deferred_by_tag: Dict[str, Set[str]] = {}
+        self.grouping: Optional[head_log.Tagger] = None  # the budgets the log is tagged under (the service's)
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -69,10 +72,11 @@ class FleetState(EventReads, VmReads):
             self._reload_active()
             return True
         head, book = self._read_head()
-        if _etag(head) == self.head_etag and book == self.book_etag and not self._owed:
+        if _etag(head) == self.head_etag and book == self.book_etag and not self._owed and not self._deferred:
             return False
-        # the owed alerts of ended events dropped unread: the timer delivers them, the views show them
-        if book != self.book_etag or not self._catch_up(head, also=set(self._owed)):
+        # the owed alerts of ended events dropped unread (the timer delivers them, the views show them), and
+        # the changed events deferred (the timer decides in every group)
+        if book != self.book_etag or not self._catch_up(head, also=set(self._owed) | set(self._deferred)):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
@@ -104,7 +108,8 @@ class FleetState(EventReads, VmReads):
             self._reload_active()
 
     def read_for_plan(self, vm_names: Dict[str, str], reported: Iterable[str],
-                      events_may_change: bool, seen_after: Optional[datetime] = None) -> None:
+                      events_may_change: bool, seen_after: Optional[datetime] = None,
+                      wanted: Optional[FrozenSet[str]] = None) -> None:
         """What planning a segment reads, in one query after the head's for most segments: `catch_up` (when
         `events_may_change`), the rows of VMs not cached (`vm_names`: vmId -> the name it reports) and the
         name rows of those and of cached VMs not bound to their names, and the ended rows of `reported`
@@ -112,7 +117,9 @@ class FleetState(EventReads, VmReads):
         whose row turns out bound costs nothing more: it rides in the same query. So do, in the query's spare
         places, the rows of the VMs that reported the changed events (head_log.VMS_COLUMN) where this cache
         has none, or one last seen before `seen_after`: a decision counting those events then finds them
-        reusable."""
+        reusable. `wanted`: the budget-group tags the plan's decisions will likely count (None: every group);
+        the changed events of other groups are deferred (central.policy.group_tags), and so are their VMs'
+        rows."""
         changed: Set[str] = set()
         reported = set(reported)
         at: Optional[head_log.Head] = None
@@ -121,12 +128,14 @@ class FleetState(EventReads, VmReads):
         elif events_may_change:
             head, _ = self._read_head()
             if _etag(head) != self.head_etag:
-                since = self._changed_since(head)
+                since = self._changed_since(head, wanted)
                 if since is None or head is None:
                     self._reload_active()
                 else:
                     self._drop_ended(since)
-                    changed, at = since.changed, head
+                    changed, at = self._split(since, wanted, spelled(reported)), head
+            elif self._deferred:  # (the head has not moved: deferred events of the groups wanted)
+                changed = self._split(head_log.Since(), wanted, spelled(reported))
         changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands
         # (and in another case: the platform feed's spelling of an ended event whose alerts are owed)
         changed |= self._owed.intersection(
@@ -145,7 +154,7 @@ class FleetState(EventReads, VmReads):
                 + [rows.event_key(e, active=False) for e in ended])
         # the VMs of the changed events this cache never read, in the query's spare places only
         spare = -len(keys) % KEYS_PER_QUERY
-        hinted = self._vms_changed_since(at) - unknown if at else set()
+        hinted = self._vms_changed_since(at, wanted) - unknown if at else set()
         riders = sorted(v for v in hinted if self._stale_vm(v, seen_after))[:spare]
         found = self.read_rows(keys + [rows.vm_key(v) for v in riders])
         self.install_vms(unknown, found)
@@ -195,6 +204,7 @@ class FleetState(EventReads, VmReads):
                 fresh[rec.event_id] = (rec, etag)
         self.active.replace_all(fresh)
         self._owed = set()
+        self._deferred, self._deferred_by_tag = {}, {}
         if not head_seen:  # a new table: the head starts at 0, so event commits never race to insert it
             self._create_head()
         self.loaded = True
@@ -260,11 +270,19 @@ class FleetState(EventReads, VmReads):
             # readers drop ended events unread (a decision about another event reads nothing of them)
             gone = {e for e in seen if not _stays_active(changes.events[e])}
             owed = {e for e in seen if e not in gone and changes.events[e].ended}
-            new_log = head_log.appended(self.head_log, seq, set(seen) - gone - owed, gone=gone, owed=owed)
+            planned = {vm.name: vm for vm in changes.vms.values()}
+            tags = {e: self.event_tags(changes.events[e], planned) for e in seen if e not in gone | owed}
+            fingerprint = self.fingerprint()
+            new_log = head_log.appended(self.head_log, seq, tags, gone=gone, owed=owed,
+                                        fingerprint=fingerprint)
             head_log.write(head, new_log)
-            open_seen = [changes.events[e] for e in seen if not changes.events[e].ended]
-            reporters = {v for rec in open_seen for v in rec.reported_by.values()}
-            new_vms = head_log.appended(self.head_vms, seq, reporters, head_log.VMS_CHARS)
+            reporters: Dict[str, head_log.Tags] = {}
+            for event_id, event_tags in tags.items():  # (a VM's tags: its events' groups)
+                for vm_id in changes.events[event_id].reported_by.values():
+                    had = reporters.get(vm_id, frozenset())
+                    reporters[vm_id] = None if had is None or event_tags is None else had | event_tags
+            new_vms = head_log.appended(self.head_vms, seq, reporters, head_log.VMS_CHARS,
+                                        fingerprint=fingerprint)
             head_log.write(head, new_vms, head_log.VMS_COLUMN)
             ops.append(Op("replace", head, self.head_etag) if self.head_etag else Op("insert", head))
             owners.append(("head", ""))
@@ -361,6 +379,11 @@ class FleetState(EventReads, VmReads):
 
     def touched_vm_ids(self, changes: Changes) -> Set[str]:
         return set(changes.vms)
+
+
+def spelled(event_ids: Iterable[str]) -> Set[str]:
+    """These EventIds in each of their cases."""
+    return {other for e in event_ids for other in spellings(e)}
 
 
 def _stays_active(rec: EventRecord) -> bool:

@@ -23,25 +23,45 @@ has never seen in the same query (budget counts and the waiting events' groups n
 round trip of its own when a decision asks; a hint that does not reach back costs those later reads,
 nothing else.
 
-The columns replaced `Changed` and `ChangedVms` (JSON, ids joined by spaces, read whole). A head written
-by one version carries none of the other's columns (a commit replaces the whole row), so either version
-reading the other's head finds no log and reads every active row, as on a head that predates the logs.
+Budget-group tags (central.policy.group_tags): a changed id may carry its groups' tags after `#` (`+id#t1#t2`;
+`+id#`: in no group; `+id`: not known, read by everyone), and a line carries its writer's budgets'
+fingerprint as its first field (`@fp`). A reader under other budgets takes the line's ids as untagged. Ids
+are Table keys, which refuse `#`; an id holding one would be written as `*`.
+
+The columns replaced `ChangeLog` and `ChangeLogVms` (no tags), which replaced `Changed` and `ChangedVms`
+(JSON). A head written by one version carries none of the other's columns (a commit replaces the whole
+row), so either version reading the other's head finds no log and reads every active row, as on a head that
+predates the logs: an older reader never takes `id#tag` for an id.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Protocol, Set, Union
+
+from central.model.vms import VmState
 
 from .int64 import plain
 
-COLUMN = "ChangeLog"
-LOG_CHARS = 12_000  # ~300 event ids: a few batches of every instance; one column (< 32K characters)
-VMS_COLUMN = "ChangeLogVms"
-VMS_CHARS = 6_000  # ~150 vmIds: a hint, so a shorter reach than the events' log is enough
+COLUMN = "ChangeLogTagged"
+LOG_CHARS = 16_000  # ~300 tagged event ids: a few batches of every instance; one column (< 32K characters)
+VMS_COLUMN = "ChangeLogVmsTagged"
+VMS_CHARS = 8_000  # ~150 tagged vmIds: a hint, so a shorter reach than the events' log is enough
 CHANGED, GONE, OWED, UNREADABLE = "+", "-", "~", "*"
+TAGGED, FINGERPRINT = "#", "@"
 
 Log = str
+Tags = Optional[FrozenSet[str]]  # a changed id's group tags (None: not known, read by every reader)
+Changed = Union[Iterable[str], Mapping[str, Tags]]  # ids, or ids with their tags
+
+
+class Tagger(Protocol):
+    """What tags a log's ids: the budgets' groupings (central.policy.group_tags.Grouping: the service's)."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def tags_of(self, vms: Iterable[Optional[VmState]]) -> Tags: ...
 
 
 @dataclass
@@ -52,6 +72,7 @@ class Since:
     changed: Set[str] = field(default_factory=set)
     gone: Set[str] = field(default_factory=set)
     owed: Set[str] = field(default_factory=set)
+    tags: Dict[str, FrozenSet[str]] = field(default_factory=dict)  # ids tagged on every line naming them
 
     def every(self) -> Set[str]:
         return self.changed | self.gone | self.owed
@@ -73,21 +94,29 @@ def read(head: Dict[str, Any], column: str = COLUMN) -> Optional[Log]:
     return found if isinstance(found, str) else None
 
 
-def entry(seq: int, changed: Iterable[str], gone: Iterable[str] = (), owed: Iterable[str] = ()) -> str:
-    """Commit `seq`'s line."""
-    marked = ([CHANGED + i for i in sorted(changed)] + [GONE + i for i in sorted(gone)]
+def _tagged(event_id: str, tags: Tags) -> str:
+    return event_id if tags is None else TAGGED.join([event_id, *sorted(tags)]) + ("" if tags else TAGGED)
+
+
+def entry(seq: int, changed: Changed, gone: Iterable[str] = (), owed: Iterable[str] = (),
+          fingerprint: str = "") -> str:
+    """Commit `seq`'s line (`changed` with tags only under a `fingerprint`)."""
+    tagged: Mapping[str, Tags] = (changed if isinstance(changed, Mapping) and fingerprint
+                                  else dict.fromkeys(changed))
+    ids = [*tagged, *gone, *owed]
+    if any(("\t" in i or "\n" in i or TAGGED in i or not i) for i in ids) or TAGGED in fingerprint:
+        return f"{seq}\t{UNREADABLE}"
+    marked = ([CHANGED + _tagged(i, tagged[i]) for i in sorted(tagged)] + [GONE + i for i in sorted(gone)]
               + [OWED + i for i in sorted(owed)])
-    if any(("\t" in m or "\n" in m or len(m) == 1) for m in marked):
-        marked = [UNREADABLE]
-    return "\t".join([str(seq), *marked])
+    return "\t".join([str(seq), *([FINGERPRINT + fingerprint] if fingerprint else []), *marked])
 
 
-def appended(log: Optional[Log], seq: int, changed: Iterable[str], chars: int = LOG_CHARS,
-             gone: Iterable[str] = (), owed: Iterable[str] = ()) -> Log:
+def appended(log: Optional[Log], seq: int, changed: Changed, chars: int = LOG_CHARS,
+             gone: Iterable[str] = (), owed: Iterable[str] = (), fingerprint: str = "") -> Log:
     """`log` with commit `seq`'s ids added, oldest commits dropped to stay within `chars`; a commit that
     alone names more than `chars` holds is written unreadable (a reader then reads every active row; the
     VMs' hint is lost for it)."""
-    line = entry(seq, changed, gone, owed)
+    line = entry(seq, changed, gone, owed, fingerprint)
     if len(line) > chars:  # one commit naming more than the log holds (a property holds 32K characters)
         line = f"{seq}\t{UNREADABLE}"
     out = f"{log}\n{line}" if log else line
@@ -101,9 +130,10 @@ def write(head: Dict[str, Any], log: Log, column: str = COLUMN) -> None:
     head[column] = log
 
 
-def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Since]:
+def changed_since(log: Optional[Log], have: int, now: int, fingerprint: str = "") -> Optional[Since]:
     """What commits have+1..now changed, or None when the log does not reach back that far (or a line
-    cannot be read). Reads the log's lines from its end back to commit have+1 only."""
+    cannot be read). Reads the log's lines from its end back to commit have+1 only. Tags are kept for the
+    ids tagged under `fingerprint` on every line that names them changed."""
     if now == have:
         return Since()
     if log is None or now < have:
@@ -122,14 +152,30 @@ def changed_since(log: Optional[Log], have: int, now: int) -> Optional[Since]:
         end, expect = start - 1, expect - 1
     out = Since()
     sets = {CHANGED: out.changed, GONE: out.gone, OWED: out.owed}
+    untagged: Set[str] = set()
     for marked in reversed(lines):  # oldest first: the newest mark of an id wins
+        ours = bool(marked) and marked[0] == FINGERPRINT + fingerprint and bool(fingerprint)
+        if marked and marked[0][:1] == FINGERPRINT:
+            marked = marked[1:]
         for m in marked:
             mark, event_id = m[:1], m[1:]
             if mark not in sets:
                 return None
-            for found in sets.values():
-                found.discard(event_id)
+            tags: Tags = None
+            if mark == CHANGED and TAGGED in event_id:
+                event_id, *found = event_id.split(TAGGED)
+                tags = frozenset(t for t in found if t) if ours else None
+            for kind in sets.values():
+                kind.discard(event_id)
             sets[mark].add(event_id)
+            if tags is None:
+                untagged.add(event_id)
+            elif event_id not in untagged:
+                out.tags[event_id] = out.tags.get(event_id, frozenset()) | tags
+    for event_id in untagged:
+        out.tags.pop(event_id, None)
+    for event_id in [e for e in out.tags if e not in out.changed]:
+        del out.tags[event_id]
     return out
 
 

@@ -5,8 +5,9 @@ IMDS rate limiter) in production; a connection string only for the emulator or t
 
 What `send` does with the outbox's pending rows (in order):
 - each envelope is one event: the CloudEvent JSON as the body (structured mode), `content_type`
-  `application/cloudevents+json; charset=utf-8`, partition key = the envelope's `partitionkey` (vmId),
-  so one VM's envelopes land in one partition, in order;
+  `application/cloudevents+json; charset=utf-8`, partition key = the VM's scale set, else its vmId
+  (forwarder.envelope.hub_partition_key), so one VM's envelopes land in one partition, in order, and one
+  scale set's in one partition;
 - consecutive envelopes go in as few batches as fit (`create_batch(partition_key=...)`, a new batch
   when one is full), sent one after another; any failure raises SinkError and the publisher keeps
   every row (a batch already sent is sent again: same CloudEvent ids, so consumers dedupe);
@@ -38,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 from schemas import authn as wire
 
 from .. import logs
+from ..envelope import hub_partition_key
 from .base import SinkError
 from .oversize import body_bytes, oversize_note
 from .tls_trust import tls_context
@@ -304,7 +306,7 @@ def _runs_by_partition_key(envelopes: List[Dict[str, Any]]) -> List[Any]:
     """Consecutive envelopes with the same partition key (one forwarder = one VM = one run)."""
     runs: List[Any] = []
     for env in envelopes:
-        key = str(env.get("partitionkey") or env.get("data", {}).get("vm", {}).get("vmId") or "")
+        key = hub_partition_key(env)
         if not key:
             raise SinkError(f"envelope {env.get('id')!r} has no partitionkey (a forwarder bug); kept",
                             retryable=False)

@@ -43,8 +43,9 @@ def test_the_overhead_diagnostic_serves_the_catch_up_without_requests() -> None:
     from bench.wave_overhead import changes_free
 
     storage = MemoryStorage()
+    every_set = argparse.Namespace(**{**vars(small("direct")), "route": "vm"})  # both decide in each set
     with changes_free(storage) as served:
-        r = simulate(small("direct"), table_memory_net.connection_string(), Model(), "f", storage)
+        r = simulate(every_set, table_memory_net.connection_string(), Model(), "f", storage)
     assert served["rows"] > 0
     assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40 and r["approved_twice"] == 0
     from central.store.vm_reads import VmReads
@@ -60,7 +61,8 @@ def test_the_phase_diagnostic_accounts_for_central_s_cpu_and_puts_the_functions_
     from bench.wave_phases import REST, _phases, measure
 
     before = [owner.__dict__[name] for owner, name, _ in _phases()]
-    two, one = measure(small("direct"), 2, "p2"), measure(small("direct"), 1, "p1")
+    every_set = argparse.Namespace(**{**vars(small("direct")), "route": "vm"})  # both decide in each set
+    two, one = measure(every_set, 2, "p2"), measure(every_set, 1, "p1")
     for play in (two, one):
         total = play["figures"]["invocation_cpu_s"]
         assert abs(sum(play["cpu"].values()) - total) <= 0.05 * total + 0.01
@@ -72,16 +74,16 @@ def test_the_phase_diagnostic_accounts_for_central_s_cpu_and_puts_the_functions_
 def test_routing_by_scale_set_puts_a_scale_set_on_one_partition() -> None:
     from bench.wave_sim import SCALE_SET_SIZE, SimVm
 
-    by_vm = {SimVm(i).partition for i in range(SCALE_SET_SIZE)}
-    by_set = {SimVm(i, "scale-set").partition for i in range(SCALE_SET_SIZE)}
+    by_vm = {SimVm(i, "vm").partition for i in range(SCALE_SET_SIZE)}
+    by_set = {SimVm(i).partition for i in range(SCALE_SET_SIZE)}  # the forwarder's default
     assert len(by_vm) > 1 and len(by_set) == 1
 
 
-def test_the_group_routing_experiment_follows_fewer_changes_and_plays_the_wave(monkeypatch) -> None:
-    """bench.wave_phases --experiment group-routing: with scale sets routed to one partition each, the
-    catch-ups follow only their own partitions' changes (fewer events than the same routing without the
-    filter), the wave is still played to the end within its budgets, and central's catch-up is central's
-    again after."""
+def test_with_scale_sets_routed_each_instance_reads_fewer_of_the_others_changes(monkeypatch) -> None:
+    """The forwarder's partition key (a VM's scale set) and the head's group tags: two instances, each
+    deciding in the scale sets of its own partitions, read fewer changed events than when every VM is
+    routed by its vmId (`--route vm`: every instance decides in every scale set); the wave is still played
+    to the end, none approved twice, within its budget."""
     from bench.wave_phases import measure
     from central.store.event_reads import EventReads
 
@@ -94,16 +96,11 @@ def test_the_group_routing_experiment_follows_fewer_changes_and_plays_the_wave(m
         return install(self, event_ids, found)
 
     monkeypatch.setattr(EventReads, "_install_active", counted)
-    before = EventReads.__dict__["_changed_since"]
     wave = argparse.Namespace(**{**vars(small("direct")), "vms": 3000})  # 6 scale sets: on both instances
-    measure(argparse.Namespace(**{**vars(wave), "route": "scale-set"}), 2, "r0")
-    plain, followed["events"] = followed["events"], 0
-    tried = measure(wave, 2, "r1", experiment="group-routing")
-    assert followed["events"] < plain
-    r = tried["figures"]
+    measure(argparse.Namespace(**{**vars(wave), "route": "vm"}), 2, "r0")
+    by_vm, followed["events"] = followed["events"], 0
+    routed = measure(wave, 2, "r1")
+    assert followed["events"] < by_vm / 2
+    r = routed["figures"]
     assert r["cut_at"] < 0 and r["decided"] == r["approved"] == r["ended"] == 40
     assert r["approved_twice"] == 0 and 0 < r["budget_peak"] <= 5
-    assert EventReads.__dict__["_changed_since"] is before
-    from bench.wave_sim import SimVm
-
-    assert SimVm.__dict__["__init__"].__qualname__ == "SimVm.__init__"

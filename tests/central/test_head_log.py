@@ -78,6 +78,28 @@ def test_no_id_can_be_read_as_another() -> None:
         assert since(head_log.appended(log, 2, ["E"], gone=[bad]), 0, 2) is None
 
 
+def test_changed_ids_carry_their_groups_tags_under_the_writers_budgets() -> None:
+    """central.policy.group_tags: a changed id's tags (`+id#t1#t2`; `+id#` in no group; `+id` not known) are
+    read back under the same budgets' fingerprint only; an id changed on several lines carries the union of
+    their tags, and untagged on any of them, none (read by everyone)."""
+    first = head_log.appended(None, 1, {"E1": frozenset({"a"}), "E2": None, "E3": frozenset()},
+                              fingerprint="f1")
+    assert head_log.changed_since(first, 0, 1, "f1").tags == {"E1": frozenset({"a"}), "E3": frozenset()}
+    log = head_log.appended(first, 2, {"E1": frozenset({"b"}), "E3": None}, fingerprint="f1")
+    found = head_log.changed_since(log, 0, 2, "f1")
+    assert found is not None and found.changed == {"E1", "E2", "E3"}
+    assert found.tags == {"E1": frozenset({"a", "b"})}  # E2 and E3 untagged on a line: read by everyone
+    assert head_log.changed_since(log, 1, 2, "f1").tags == {"E1": frozenset({"b"})}
+    other = head_log.changed_since(log, 0, 2, "f2")  # another policy's budgets: nothing tagged
+    assert other is not None and other.changed == {"E1", "E2", "E3"} and other.tags == {}
+    assert head_log.changed_since(log, 0, 2).tags == {}  # a reader with no grouping
+    gone = head_log.changed_since(head_log.appended(log, 3, {}, gone=["E1"], fingerprint="f1"), 0, 3, "f1")
+    assert gone is not None and gone.gone == {"E1"} and "E1" not in gone.tags
+    for bad in ("x#y", ""):  # a Table key cannot hold '#': such an id makes readers read every row
+        assert head_log.changed_since(head_log.appended(log, 3, {bad: None}, fingerprint="f1"), 0, 3) is None
+    assert head_log.Head({"Seq": 1, "ChangeLog": "1\t+E1"}, None).log is None  # the untagged column before
+
+
 def cache(state: FleetState) -> Dict[str, Tuple[str, dict]]:
     return {e: (etag, rows.event_entity(rec, True)) for e, (rec, etag) in state.active.items()}
 
@@ -124,6 +146,53 @@ def test_catching_up_on_the_log_equals_a_full_scan(log: TableLog) -> None:
             assert cache(reader) == scanned(log)
     assert reader.catch_ups["changed"] >= 10 and reader.catch_ups["all"] == 0
     reader.catch_up()
+    assert cache(reader) == scanned(log)
+
+
+def test_a_catch_up_by_group_is_current_in_its_groups_and_reads_the_rest_when_asked(log: TableLog) -> None:
+    """With the budgets' tags (central.policy.group_tags), a reader planning for scale set a reads every
+    changed event of a (and those it reports), defers b's; its a-events equal a full scan's at each step,
+    `stale_tags` names b while any is deferred, and a find, `read_deferred` or `refresh` makes it whole."""
+    from central.policy.budgets import Budget
+    from central.policy.group_tags import Grouping, tag
+
+    grouping = Grouping.of([Budget("ss", "scaleSet", "", 1)])
+    rng = random.Random(7)  # noqa: S311 - a reproducible mix of commits
+    states = [FleetState(TableLog(log.service, log.prefix)) for _ in range(2)]
+    writer, reader = states
+    now = datetime.now(timezone.utc)
+    vms = {}
+    for state in states:
+        state.grouping = grouping
+        state.refresh()
+    for i, group in enumerate("ab" * 3):
+        vm = VmState(f"v{i}", f"n-{group}{i}", scale_set=group)
+        vms[vm.name] = vm
+        writer.commit(Changes(vms={vm.vm_id: vm}), now)
+    in_a = {n for n, vm in vms.items() if vm.scale_set == "a"}
+    mine, identity = {"v0": "n-a0"}, {"v0": {"name": "n-a0", "vmScaleSetName": "a"}}
+    reader.read_for_plan(mine, [], True, wanted=reader.wanted_tags(identity, {}))
+    for step in range(30):
+        writer.catch_up()
+        name = rng.choice(sorted(vms))
+        event_id = f"E-{name}-{step % 4}"
+        rec = writer.active[event_id][0] if event_id in writer.active else EventRecord(
+            event_id=event_id, first_seen=now, resources=[name])
+        rec.state = rng.choice(["approving", "approved", "waiting-budget"])
+        if rng.random() < 0.2:
+            rec.end_stale(now)
+        writer.commit(Changes(events={event_id: rec}), now + timedelta(seconds=step))
+        reader.read_for_plan(mine, [], True, wanted=reader.wanted_tags(identity, {}))
+        want = {e: row for e, row in scanned(log).items() if any(e.startswith(f"E-{n}-") for n in in_a)}
+        assert {e: row for e, row in cache(reader).items() if e in want or e.startswith("E-n-a")} == want
+    assert reader.stale_tags() == {tag("ss:b")}  # b's events changed, none read
+    some = next(iter(reader._deferred))
+    assert reader.find_event(some)[0] is not None and some not in reader._deferred  # read when asked for
+    reader.read_deferred({tag("ss:b")})
+    assert reader.stale_tags() == set() and cache(reader) == scanned(log)
+    writer.commit(Changes(events={some: writer.find_event(some)[0]}), now)
+    reader.read_for_plan(mine, [], True, wanted=reader.wanted_tags(identity, {}))
+    assert reader.stale_tags() == {tag("ss:b")} and reader.refresh() and reader.stale_tags() == set()
     assert cache(reader) == scanned(log)
 
 

@@ -73,7 +73,8 @@ def assert_in_order_once_per_id(received: List[Received], vm_id: str, expected: 
     mine = sorted((r for r in received if r.type == INCARNATION and r.vm_id == vm_id),
                   key=lambda r: r.sequence)
     assert len({r.partition for r in mine}) == 1, "one VM's envelopes must share one partition"
-    assert {r.partition_key for r in mine} == {vm_id}
+    scale_set = mine[0].envelope["data"]["vm"].get("vmScaleSetName") if mine else None
+    assert {r.partition_key for r in mine} == {f"scaleset:{scale_set.lower()}" if scale_set else vm_id}
     ids_by_number: Dict[int, set] = {}
     for r in mine:
         ids_by_number.setdefault(r.envelope["data"]["incarnation"], set()).add(r.envelope["id"])

@@ -28,7 +28,7 @@ from sandbox import processes
 
 from .helpers import Consumer, admin, imds_url, wait_until
 
-HUBS = ["split=4", "oversize=2", "keys=4", "identity=2"]
+HUBS = ["split=4", "oversize=2", "keys=4", "identity=2", "sets=8"]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,34 @@ def test_batches_split_when_full_and_arrive_in_order_in_one_partition(server: pr
     assert consumer.incarnations("vm-a") == list(range(120))
     assert all(r.content_type == CONTENT_TYPE and r.partition_key == "vm-a" for r in got)
     assert [r.envelope["id"] for r in sorted(got, key=lambda r: r.sequence)] == [e["id"] for e in sent]
+
+
+def test_a_scale_sets_vms_share_its_partition_key_and_keep_their_own_order(server: processes.Server) -> None:
+    """The hub's partition key is the VM's scale set (lower-cased, as central's budgets group it), so one
+    instance owns a budget group's events; a VM in none keeps its vmId. Read back by the SDK's consumer."""
+    sink = sink_for(server.port, "sets")
+    def in_set(vm: str, n: int, scale_set: str) -> Dict[str, Any]:
+        env = envelope(vm, n)
+        env["data"]["vm"]["vmScaleSetName"] = scale_set
+        return env
+
+    mixed = [e for n in range(4) for e in (in_set("web-1", n, "Web"), in_set("web-2", n, "web"),
+                                           envelope("solo", n))]
+    try:
+        sink.send(mixed)
+    finally:
+        sink.close()
+    consumer = Consumer(processes.eventhubs_connection_string(server.port, "sets")).start()
+    try:
+        wait_until(lambda: len(consumer.items()) >= 12, timeout=30, what="12 events")
+    finally:
+        consumer.close()
+    web = consumer.items(vm_id="web-1") + consumer.items(vm_id="web-2")
+    assert len(web) == 8 and {r.partition_key for r in web} == {"scaleset:web"}
+    assert len({r.partition for r in web}) == 1
+    assert {r.partition_key for r in consumer.items(vm_id="solo")} == {"solo"}
+    for vm in ("web-1", "web-2", "solo"):
+        assert consumer.incarnations(vm) == [0, 1, 2, 3]
 
 
 def test_partition_key_is_the_vm_id_for_every_run_of_envelopes(server: processes.Server) -> None:
