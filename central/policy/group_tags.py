@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
 
 from central.model.vms import VmState
 
 from .budgets import Budget
 
 Tags = FrozenSet[str]
+RECENT = timedelta(minutes=5)  # an instance keeps reading the changes of the groups it decided in this long
 
 
 @lru_cache(maxsize=65_536)
@@ -72,3 +74,25 @@ class Grouping:
                 if group:
                     out.add(tag(group))
         return frozenset(out)
+
+
+@dataclass
+class RecentGroups:
+    """The groups an instance decided in lately: its catch-ups keep reading their changes too. Where each
+    instance decides in every group (VMs routed by vmId, a zone budget spanning scale sets), that is every
+    group, and a catch-up reads what changed in one query, as before tags; where each decides in its own
+    (the forwarder's scale-set key), the others' stay deferred."""
+
+    within: timedelta = RECENT
+    seen: Dict[str, datetime] = field(default_factory=dict)
+
+    def widen(self, tags: Optional[Tags], now: datetime) -> Optional[Tags]:
+        """`tags` and those seen within `within` of `now` (None: every group, as given)."""
+        if tags is None:
+            return None
+        for t in tags:
+            self.seen[t] = now
+        oldest = now - self.within
+        for t in [t for t, at in self.seen.items() if at < oldest]:
+            del self.seen[t]
+        return frozenset(self.seen)

@@ -25,7 +25,7 @@ from central.intake.sender import claimed_subscriptions
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.envelope import APPROVAL_RESULT, HEARTBEAT, INCARNATION, QUARANTINED, BadEnvelope, Envelope
 from central.policy.fleet_view import seen_by_others
-from central.policy.group_tags import StaleGroups
+from central.policy.group_tags import RecentGroups, StaleGroups
 from central.store.fleet_state import Changes, FleetState
 from central.store.tables import Conflict, Rejected, StoreError, TableLog
 from central.telemetry import metrics
@@ -132,6 +132,7 @@ class Ingest:
         self.decider: Optional[Evaluator] = None
         self.sends: List[ToSend] = []  # approval attempts committed by this call, to send
         self.alert_floor = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY: status alerts under it are not owed
+        self.recent_groups = RecentGroups()  # the budget groups this instance decided in lately
 
     # ---- segments and the commit loop ---------------------------------------------------------
     def apply(self, items: List[Item], now: datetime, result: BatchResult) -> Set[str]:
@@ -299,7 +300,8 @@ class Ingest:
                      for e in envs if e.type == INCARNATION
                      for event in (e.data.get("document") or {}).get("Events") or []
                      if isinstance(event, dict)}
-            wanted = self.state.wanted_tags({e.vm_id: e.data.get("vm") or {} for e in envs}, lists)
+            wanted = self.recent_groups.widen(
+                self.state.wanted_tags({e.vm_id: e.data.get("vm") or {} for e in envs}, lists), now)
         self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change,
                                  seen_after=now - RIDER_SEEN_WITHIN, wanted=wanted)
         unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]
