@@ -63,12 +63,16 @@ class Grouping:
         return cls(tuple(budgets))
 
     def tags_of(self, vms: Iterable[Optional[VmState]]) -> Optional[Tags]:
-        """The tags of every group these VMs count in; None when one is not known (None): whoever reads the
-        change then reads it whatever it decides in."""
+        """The tags of every group these VMs count in; None when one is not known (None) and its groups
+        depend on it (not with no budgets, or only fleet-wide ones): whoever reads the change then reads it
+        whatever it decides in."""
         out = set()
         for vm in vms:
             if vm is None:
-                return None
+                if any(b.group_by != "fleet" for b in self.budgets):
+                    return None
+                out.update(tag(f"{b.name}:fleet") for b in self.budgets)
+                continue
             for budget in self.budgets:
                 group = budget.group_of(vm)
                 if group:

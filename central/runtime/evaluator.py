@@ -130,8 +130,8 @@ class Evaluator:
             fleet = self.view(now, candidates)
             try:
                 done = self.decide_pass(candidates, fleet, now)
-            except StaleGroups as exc:  # a group whose changes this cache deferred: read them, decide again
-                self.state.read_deferred(exc.tags)
+            except StaleGroups:  # a group whose changes this cache deferred: read them, decide again
+                self.state.read_deferred()  # (all of them: a conflict below is the only way back here)
                 result.stale_groups += 1
                 continue
             try:
@@ -156,6 +156,7 @@ class Evaluator:
         minute made the timer's call the slowest of the wave (issue 24). An event whose verdict looks
         unchanged on cached rows is decided again once its rows age out of the cache, or when an ingest
         touches it."""
+        self.state.read_deferred()  # (every group: what the timer's ingest of held envelopes deferred)
         candidates = self._active(None)
         if not candidates:
             return set()

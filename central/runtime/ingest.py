@@ -200,12 +200,18 @@ class Ingest:
         plan again on them. Every input kind (envelopes, the platform's events) commits through here, so
         the after-commit steps (owed alerts, log rows, markers, metrics) are one. Rejected propagates."""
         decider = self.decider
-        for _ in range(MAX_TRIES):
+        tries = stale = 0
+        while tries < MAX_TRIES:
+            tries += 1
             plan = plan_once()
             # the touched events decided in this very transaction (central.runtime.inline): one head commit
             try:
                 done = None if decider is None else decider.decide_planned(plan.changes, plan.touched, now)
             except StaleGroups as exc:  # a group whose changes the catch-up deferred: read them, plan again
+                tries, stale = tries - 1, stale + 1  # (not a lost race; each retry reads what it lacked)
+                if stale > MAX_TRIES:
+                    raise StoreError(f"{what}: budget groups still stale after {MAX_TRIES} reads") from exc
+                self.recent_groups.widen(exc.tags, now)  # and its next catch-ups read those groups first
                 self.state.read_deferred(exc.tags)
                 result.stale_groups += 1
                 continue
@@ -292,6 +298,10 @@ class Ingest:
         reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
                     for event in (e.data.get("document") or {}).get("Events") or []
                     if isinstance(event, dict)]
+        # and the events a result answers, or a VM listed before (ended when not listed now): their rows
+        reported += [str(e.data.get("eventId")) for e in envs if e.type == APPROVAL_RESULT]
+        reported += [event_id for e in envs if e.type == INCARNATION
+                     for event_id in (self.state.vm(e.vm_id) or UNBOUND).listed]
         # what changed since the cached head: a plan on stale rows loses its race
         may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
         wanted = None

@@ -16,6 +16,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from central.intake.authz import NAME_RELEASE
 from central.intake.plan import heartbeat_log_every
 from central.intake.sender import SenderAuth
 from central.model.alert import ALERT_LEASE, Alert
@@ -70,8 +71,7 @@ class CentralService:
             log.error("%s; holding every event until it is fixed", exc)
             self.policy = policy_mod.fallback(exc)
             self.policy_error = exc
-        self.shadow_error = ""
-        shadow = None
+        self.shadow_error, shadow = "", None
         if settings.shadow_json.strip():
             try:
                 shadow = policy_mod.load(settings.shadow_json)
@@ -89,8 +89,8 @@ class CentralService:
         )
         self.state = FleetState(store)
         # the head's log tags each change with its budget groups (central.policy.group_tags)
-        self.state.grouping = Grouping.of([*self.policy.budgets.values(),
-                                           *(shadow.budgets.values() if shadow is not None else ())])
+        budgets = [*self.policy.budgets.values(), *(shadow.budgets.values() if shadow is not None else ())]
+        self.state.grouping, self.state.name_release = Grouping.of(budgets), NAME_RELEASE
         self.ingest = Ingest(self.state, store, heartbeat_log_every(settings.heartbeat_missing_minutes))
         self.platform = PlatformIngest(self.state, self.ingest)
         self.evaluator = Evaluator(self.state, store, self.policy, self.config)

@@ -5,6 +5,7 @@ read one at a time), and finding an event in either."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from datetime import datetime, timedelta
 from typing import AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
 from central.model.events import EventRecord, spellings
@@ -38,7 +39,9 @@ class EventReads:
     grouping: Optional[head_log.Tagger]  # the budgets the log is tagged under (None: untagged, as before)
     vms: Dict[str, Tuple[VmState, Optional[str]]]  # central.store.vm_reads
     named: Dict[str, VmState]
+    name_release: Optional[timedelta]  # a cached name is trusted for tags this long after its VM spoke
     read_rows: Callable[[Iterable[str]], Found]  # central.store.vm_reads
+    _reload_active: Callable[[], None]  # central.store.fleet_state
 
     def _read_head(self) -> Tuple[Optional[head_log.Head], Optional[str]]:
         """(the head, the book's etag), read now in one query."""
@@ -71,6 +74,24 @@ class EventReads:
     def fingerprint(self) -> str:
         return self.grouping.fingerprint if self.grouping is not None else ""
 
+    def _catch_up(self, head: Optional[head_log.Head], also: Iterable[str] = (),
+                  wanted: Optional[FrozenSet[str]] = None) -> bool:
+        """Bring the active cache to `head` (read now) by reading only the events its log says changed since
+        the head this cache holds (those of groups tagged `wanted`, and the deferred ones of those groups;
+        None: all of them), and `also`. False (nothing done) when the log does not reach back, or there is
+        more to read than one read of every active row costs."""
+        since = self._changed_since(head, wanted)
+        if since is None or head is None:
+            return False
+        also = set(also)
+        self._drop_ended(since, keep=also)
+        wanted_now = self._split(since, wanted, also) | also
+        if len(wanted_now) > max(CATCH_UP_MIN, len(self.active) // 4) + len(also):
+            return False  # (the caller reads every active row, which also clears what was deferred)
+        self._read_events(wanted_now)
+        self._at_head(head)
+        return True
+
     def _vms_changed_since(self, head: head_log.Head, wanted: Optional[FrozenSet[str]]) -> Set[str]:
         """The VMs the head (read now) says reported the events changed since the head this cache holds
         (head_log.VMS_COLUMN: a hint; empty when it does not reach back), those of groups tagged `wanted`
@@ -101,16 +122,25 @@ class EventReads:
         named = [vms.get(n) or self.named.get(n) for names in reported.values() for n in names]
         return self.grouping.tags_of([*vms.values(), *named])
 
-    def event_tags(self, rec: EventRecord, planned: Dict[str, VmState]) -> Optional[FrozenSet[str]]:
-        """The budget-group tags of an event's VMs before and after a change (`planned`: the change's VM
-        rows, by name); None when one is not known or there is no grouping."""
+    def event_tags(self, rec: EventRecord, planned: Dict[str, VmState],
+                   now: datetime) -> Optional[FrozenSet[str]]:
+        """The budget-group tags of an event's VMs before and after a change, by the rows a reader's count
+        would resolve its names to: the change's own bound VM rows (`planned`, by name), else cached ones
+        bound and heard from within `name_release` (a name moves to another vmId only after that long a
+        silence). None when a name has neither, or there is no grouping: every reader reads it."""
         if self.grouping is None:
             return None
         names = set(rec.resources)
         cached = self.active.get(rec.event_id)
         if cached is not None:
             names.update(cached[0].resources)
-        return self.grouping.tags_of(planned.get(n) or self.named.get(n) for n in names)
+        return self.grouping.tags_of(planned.get(n) or self._holder(n, now) for n in names)
+
+    def _holder(self, name: str, now: datetime) -> Optional[VmState]:
+        vm = self.named.get(name)
+        if vm is None or self.name_release is None or not vm.name_bound:
+            return None
+        return vm if vm.heard_since(now - self.name_release) else None
 
     def _split(self, since: head_log.Since, wanted: Optional[FrozenSet[str]],
                always: AbstractSet[str]) -> Set[str]:
@@ -144,10 +174,13 @@ class EventReads:
         return frozenset(self._deferred_by_tag)
 
     def read_deferred(self, tags: Optional[AbstractSet[str]] = None) -> None:
-        """Read the deferred events of groups tagged `tags` (None: all of them)."""
+        """Read the deferred events of groups tagged `tags` (None: all of them); every active row in one read
+        when that costs less (a wave's thousands)."""
         wanted = (set(self._deferred) if tags is None
                   else {e for t in tags for e in self._deferred_by_tag.get(t, ())})
-        if wanted:
+        if len(wanted) > max(CATCH_UP_MIN, len(self.active) // 4):
+            self._reload_active()
+        elif wanted:
             self._read_events(wanted)
 
     def _hold_head(self, head: head_log.Head) -> None:

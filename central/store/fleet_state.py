@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
@@ -29,7 +29,7 @@ from central.store import state_rows as rows
 from . import head_log
 from .active_events import ActiveEvents
 from .changes import Changes
-from .event_reads import EventReads
+from .event_reads import CATCH_UP_MIN, EventReads
 from .tables import Conflict, Op, TableLog
 from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads
 
@@ -62,6 +62,8 @@ class FleetState(EventReads, VmReads):
         self._deferred: Dict[str, FrozenSet[str]] = {}  # changed events of groups not decided in
         self._deferred_by_tag: Dict[str, Set[str]] = {}
         self.grouping: Optional[head_log.Tagger] = None  # the budgets the log is tagged under (the service's)
+        self.name_release: Optional[timedelta] = None  # central.intake.authz.NAME_RELEASE (the service's)
+        self._plan_wanted: Optional[FrozenSet[str]] = None  # the groups the last planning read caught up
 
     # ---- reads ----------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
@@ -76,23 +78,11 @@ class FleetState(EventReads, VmReads):
             return False
         # the owed alerts of ended events dropped unread (the timer delivers them, the views show them), and
         # the changed events deferred (the timer decides in every group)
-        if book != self.book_etag or not self._catch_up(head, also=set(self._owed) | set(self._deferred)):
+        if book != self.book_etag or not self._catch_up(head, also=set(self._owed)):
             self._reload_active()  # bookkeeping moved rows the head log does not name: read them all
         return True
 
-    def _catch_up(self, head: Optional[head_log.Head], also: Iterable[str] = ()) -> bool:
-        """Bring the active cache to `head` (read now) by reading only the events its log says changed since
-        the head this cache holds, and `also`. False (nothing done) when the log does not reach back."""
-        since = self._changed_since(head)
-        if since is None or head is None:
-            return False
-        also = set(also)
-        self._drop_ended(since, keep=also)
-        self._read_events(since.changed | also)
-        self._at_head(head)
-        return True
-
-    def catch_up(self, also: Iterable[str] = ()) -> None:
+    def catch_up(self, also: Iterable[str] = (), wanted: Optional[FrozenSet[str]] = None) -> None:
         """Bring the cache to the current head, reading only the events changed since (the head's log; all
         active rows when it does not reach back), and the events `also`. Rows that bookkeeping rewrote are
         not re-read (a decision about another event does not read what it writes): their ETags make a commit
@@ -104,7 +94,7 @@ class FleetState(EventReads, VmReads):
         head, _ = self._read_head()
         if _etag(head) == self.head_etag and not also:
             return
-        if not self._catch_up(head, also):
+        if not self._catch_up(head, also, wanted):
             self._reload_active()
 
     def read_for_plan(self, vm_names: Dict[str, str], reported: Iterable[str],
@@ -123,6 +113,7 @@ class FleetState(EventReads, VmReads):
         changed: Set[str] = set()
         reported = set(reported)
         at: Optional[head_log.Head] = None
+        self._plan_wanted = wanted
         if events_may_change and not self.loaded:
             self.refresh()
         elif events_may_change:
@@ -136,6 +127,9 @@ class FleetState(EventReads, VmReads):
                     changed, at = self._split(since, wanted, spelled(reported)), head
             elif self._deferred:  # (the head has not moved: deferred events of the groups wanted)
                 changed = self._split(head_log.Since(), wanted, spelled(reported))
+            if len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):  # one read of every row costs less
+                self._reload_active()
+                changed, at = set(), None
         changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands
         # (and in another case: the platform feed's spelling of an ended event whose alerts are owed)
         changed |= self._owed.intersection(
@@ -270,8 +264,8 @@ class FleetState(EventReads, VmReads):
             # readers drop ended events unread (a decision about another event reads nothing of them)
             gone = {e for e in seen if not _stays_active(changes.events[e])}
             owed = {e for e in seen if e not in gone and changes.events[e].ended}
-            planned = {vm.name: vm for vm in changes.vms.values()}
-            tags = {e: self.event_tags(changes.events[e], planned) for e in seen if e not in gone | owed}
+            planned = {vm.name: vm for vm in changes.vms.values() if vm.name_bound}
+            tags = {e: self.event_tags(changes.events[e], planned, now) for e in seen if e not in gone | owed}
             fingerprint = self.fingerprint()
             new_log = head_log.appended(self.head_log, seq, tags, gone=gone, owed=owed,
                                         fingerprint=fingerprint)
@@ -338,7 +332,7 @@ class FleetState(EventReads, VmReads):
         wrote that VM's row when its partition moved, or bound that name); a kind not known: every VM and
         name row it wrote."""
         # its events may have been rewritten by bookkeeping, which the log does not name
-        self.catch_up(also=changes.events)
+        self.catch_up(also=changes.events, wanted=self._plan_wanted)
         if kind not in ("head", "book", "event", "gone", "name"):
             self.load_vms(changes.vms, force=True)
         if kind not in ("head", "event", "gone", "vm"):

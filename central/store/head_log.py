@@ -177,9 +177,3 @@ def changed_since(log: Optional[Log], have: int, now: int, fingerprint: str = ""
     for event_id in [e for e in out.tags if e not in out.changed]:
         del out.tags[event_id]
     return out
-
-
-def ids_since(log: Optional[Log], have: int, now: int) -> Optional[Set[str]]:
-    """Every id commits have+1..now name, however marked (the VMs' hint), or None as changed_since."""
-    found = changed_since(log, have, now)
-    return None if found is None else found.every()

@@ -1,5 +1,5 @@
 // Event Hubs: the namespace (local/SAS auth off, TLS 1.2), the hub the forwarders publish to
-// (partition key = vmId keeps one VM in order), a consumer group for the central Functions and one for
+// (partition key = the VM's scale set, else its vmId: one VM in order, one scale set on one reader), a consumer group for the central Functions and one for
 // analytics, and optional Capture to blob storage (authenticated with a user-assigned identity whose
 // role main.bicep assigns before this module runs: app/capture-access.bicep).
 @description('Azure region.')

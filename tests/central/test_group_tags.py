@@ -29,6 +29,8 @@ def test_an_events_tags_are_its_vms_groups_under_every_budget() -> None:
     assert grouping.tags_of([solo]) == frozenset()  # in no group: read by no other decision
     assert grouping.tags_of([web, None]) is None  # a VM not known: read by everyone
     assert Grouping.of([Budget("f", "fleet", "", 5)]).tags_of([solo]) == {tag("f:fleet")}
+    assert Grouping.of([Budget("f", "fleet", "", 5)]).tags_of([None]) == {tag("f:fleet")}  # whoever it is
+    assert Grouping.of([]).tags_of([None]) == frozenset()  # no budgets: no decision reads another event
     assert len(tag("s:web")) == 8 and tag("s:web") != tag("s:db")
 
 
@@ -74,3 +76,21 @@ def test_counting_a_group_whose_changes_were_deferred_raises_stale_groups() -> N
     assert decide(reboot("db_0"), view(frozenset()), policy, T0, DecideConfig()).kind == "send"
     with pytest.raises(StaleGroups):  # a view that cannot place events counts every one: any stale group
         decide(reboot("web_0"), view(frozenset({tag("s:db")}), placed=False), policy, T0, DecideConfig())
+
+
+def test_a_change_is_tagged_only_by_the_vm_rows_its_names_still_resolve_to() -> None:
+    """A reader counts an event's VMs by name; the writer tags it by the rows those names resolve to: the
+    change's own bound rows, else cached rows bound and heard from within NAME_RELEASE (a name moves to
+    another vmId only after that long a silence). Otherwise untagged: every reader reads the change."""
+    from central.store.fleet_state import FleetState
+
+    state = FleetState(None)  # type: ignore[arg-type]  # the cache alone: no store call is made
+    state.grouping, state.name_release = Grouping.of([PER_ZONE]), timedelta(hours=1)
+    state.cache_vm("A", VmState("A", "web1", zone="1", last_seen=T0), "etag")
+    rec = EventRecord(event_id="E", first_seen=T0, resources=["web1"])
+    assert state.event_tags(rec, {}, T0 + timedelta(minutes=10)) == {tag("z:1")}
+    assert state.event_tags(rec, {}, T0 + timedelta(hours=2)) is None  # silent an hour: the name may move
+    moved = VmState("B", "web1", zone="2", last_seen=T0 + timedelta(hours=2))
+    assert state.event_tags(rec, {"web1": moved}, T0 + timedelta(hours=2)) == {tag("z:2")}  # the change's
+    state.name_release = None  # (a FleetState the service did not set up: no cached name is trusted)
+    assert state.event_tags(rec, {}, T0 + timedelta(minutes=10)) is None

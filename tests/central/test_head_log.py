@@ -45,7 +45,7 @@ def test_the_log_names_every_commit_since_or_says_it_cannot() -> None:
     head_log.write(entity, head_log.appended(None, 3, ["v9"], head_log.VMS_CHARS), head_log.VMS_COLUMN)
     head = head_log.Head(entity, "etag")
     assert (head.seq, head.log, head.etag) == (3, log, "etag")
-    assert head_log.ids_since(head.vms, 2, 3) == {"v9"}
+    assert head_log.changed_since(head.vms, 2, 3).every() == {"v9"}
     assert head_log.Head({"Seq": 1, "Changed": '[[1, "A"]]'}, None).log is None  # the JSON log before it
     long = None
     for seq in range(1, 200):
@@ -63,9 +63,9 @@ def test_a_commit_naming_more_than_the_log_holds_makes_readers_read_everything()
     many = [f"{i:08d}-0000-0000-0000-000000000000" for i in range(900)]
     log = head_log.appended(head_log.appended(None, 1, ["A"]), 2, many, head_log.VMS_CHARS)
     assert len(log) <= head_log.VMS_CHARS and since(log, 1, 2) is None
-    assert head_log.ids_since(log, 1, 2) is None
+    assert head_log.changed_since(log, 1, 2) is None
     log = head_log.appended(log, 3, ["B"], head_log.VMS_CHARS)
-    assert head_log.ids_since(log, 2, 3) == {"B"}  # the commits after it read as before
+    assert head_log.changed_since(log, 2, 3).every() == {"B"}  # the commits after it read as before
 
 
 def test_no_id_can_be_read_as_another() -> None:
@@ -163,10 +163,10 @@ def test_a_catch_up_by_group_is_current_in_its_groups_and_reads_the_rest_when_as
     now = datetime.now(timezone.utc)
     vms = {}
     for state in states:
-        state.grouping = grouping
+        state.grouping, state.name_release = grouping, timedelta(hours=1)
         state.refresh()
     for i, group in enumerate("ab" * 3):
-        vm = VmState(f"v{i}", f"n-{group}{i}", scale_set=group)
+        vm = VmState(f"v{i}", f"n-{group}{i}", scale_set=group, last_seen=now)
         vms[vm.name] = vm
         writer.commit(Changes(vms={vm.vm_id: vm}), now)
     in_a = {n for n, vm in vms.items() if vm.scale_set == "a"}

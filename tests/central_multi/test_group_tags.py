@@ -72,3 +72,21 @@ def test_a_decision_counting_a_deferred_group_reads_it_first(env: Env, hook: Hoo
     assert result.stale_groups == 1 and result.processed == 1
     assert inst[0].event("E-db1", now=T0 + 3 * S)["state"] == "waiting-budget"
     assert env.messages(db1.vm_id) == [] and len(env.messages(db0.vm_id)) == 1
+
+
+def test_the_timers_pass_reads_what_was_deferred_before_deciding_every_event(env: Env, hook: Hook,
+                                                                            fleet_of) -> None:
+    """The timer decides every event (and its reverification of held envelopes goes through ingest, which
+    may defer again): its pass reads every deferred event first, so no group is stale while it decides."""
+    from central.runtime.results import BatchResult
+
+    inst, _, _ = two_scale_sets(fleet_of)
+    inst[0].reevaluate(now=T0 + 3 * S)  # holds E-db0 now
+    db1 = Vm("db_1", scale_set="db")
+    inst[1].handle_batch([body(db1.heartbeat(at=T0 + 4 * S)),
+                          body(db1.incarnation_env([event("E-db1", ["db_1"])], at=T0 + 4 * S))],
+                         now=T0 + 4 * S)
+    inst[0].state.read_for_plan({}, [], True, wanted=frozenset({tag("per-scale-set:web")}))
+    assert inst[0].state.stale_tags() == {DB}  # E-db1's change deferred
+    inst[0].evaluator.run(None, T0 + 5 * S, BatchResult())  # the pass itself, without the refresh before it
+    assert inst[0].state.stale_tags() == set() and "E-db1" in inst[0].state.active

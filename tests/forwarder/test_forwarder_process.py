@@ -68,6 +68,8 @@ def test_sigkill_then_restart_loses_nothing_and_republishes_nothing_acked(
     admin(imds_server, "POST", f"events/{event_id}/cancel")  # a change while the forwarder is down
     fw2 = Forwarder(url, state, sink).start()
     wait_until(lambda: len(incarnations(sink)) >= 3, what="the change made while down")
+    # (acknowledged before the kill: one written but not yet acknowledged is rightly sent again)
+    wait_until(lambda: backlog(state) == 0, what="the change acknowledged")
     # Now a crash with envelopes pending: the sink fails (its parent is a file), then SIGKILL.
     fw2.kill()
     blocker = tmp_path / "blocked"
