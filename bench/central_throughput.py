@@ -50,7 +50,10 @@ class FakeVm:
 
     def __init__(self, index: int) -> None:
         self.name = f"bench_{index}"
-        self.scale_set = f"bench-{index // 100}"  # 100 VMs a scale set: the hub key spreads them (forwarder)
+        # 40 scale sets, VMs taken in turn: the forwarder's hub key (its scale set) spreads the heartbeats
+        # over the partitions as they arrive, as a real fleet's many sets do (a set's VMs one after
+        # another would fill one partition at a time: bigger batches than a fleet makes, a cost too low)
+        self.scale_set = f"bench-{index % 40}"
         self.vm_id = str(uuid.uuid4())
         self.incarnation = 0
         self.beats = 0
