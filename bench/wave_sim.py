@@ -95,9 +95,6 @@ class SimVm(FakeVm):
         key = hub_partition_key({"data": {"vm": self.identity()}}) if route == "scale-set" else self.vm_id
         self.partition = zlib.crc32(key.encode()) % PARTITIONS
 
-    def identity(self) -> Dict[str, Any]:
-        return {**super().identity(), "vmScaleSetName": self.scale_set}
-
     def result(self, event_id: str, message_id: str, at: datetime) -> bytes:
         data = {"vm": self.identity(), "eventId": event_id, "messageId": message_id, "outcome": "approved",
                 "reason": "sim", "decidedBy": "policy", "hook": None, "at": at.isoformat()}

@@ -295,23 +295,20 @@ class Ingest:
         """Read what planning needs and the cache lacks (unknown VMs and their names; the events changed since
         the cached head when any may change, and the ended rows of the reported ones), most in one query."""
         envs = [i.parsed for i in segment if isinstance(i.parsed, Envelope)]
-        reported = [str(event.get("EventId")) for e in envs if e.type == INCARNATION
-                    for event in (e.data.get("document") or {}).get("Events") or []
-                    if isinstance(event, dict)]
-        # and the events a result answers, or a VM listed before (ended when not listed now): their rows
-        reported += [str(e.data.get("eventId")) for e in envs if e.type == APPROVAL_RESULT]
-        reported += [event_id for e in envs if e.type == INCARNATION
-                     for event_id in (self.state.vm(e.vm_id) or UNBOUND).listed]
+        # the events the documents list (EventId -> the VM names it names), and those a result answers or a VM
+        # listed before (ended when not listed now): their rows
+        listed = {str(event.get("EventId")): [str(n) for n in event.get("Resources") or [] if n]
+                  for e in envs if e.type == INCARNATION
+                  for event in (e.data.get("document") or {}).get("Events") or [] if isinstance(event, dict)}
+        reported = [*listed, *(str(e.data.get("eventId")) for e in envs if e.type == APPROVAL_RESULT),
+                    *(event_id for e in envs if e.type == INCARNATION
+                      for event_id in (self.state.vm(e.vm_id) or UNBOUND).listed)]
         # what changed since the cached head: a plan on stale rows loses its race
         may_change = any(e.type in (INCARNATION, APPROVAL_RESULT) for e in envs)
         wanted = None
         if may_change:  # the budget groups its decisions will likely count (central.policy.group_tags)
-            lists = {str(event.get("EventId")): [str(n) for n in event.get("Resources") or [] if n]
-                     for e in envs if e.type == INCARNATION
-                     for event in (e.data.get("document") or {}).get("Events") or []
-                     if isinstance(event, dict)}
             wanted = self.recent_groups.widen(
-                self.state.wanted_tags({e.vm_id: e.data.get("vm") or {} for e in envs}, lists), now)
+                self.state.wanted_tags({e.vm_id: e.data.get("vm") or {} for e in envs}, listed), now)
         self.state.read_for_plan({e.vm_id: e.vm_name for e in envs}, reported, may_change,
                                  seen_after=now - RIDER_SEEN_WITHIN, wanted=wanted)
         unbound = [e.vm_name for e in envs if not (self.state.vm(e.vm_id) or UNBOUND).name_bound]

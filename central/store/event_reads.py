@@ -66,10 +66,14 @@ class EventReads:
         moved = head.seq > self.head_seq or head.etag == self.head_etag  # (the same seq rewritten: read all)
         since = (head_log.changed_since(head.log, self.head_seq, head.seq, self.fingerprint())
                  if self.head_etag and moved else None)
-        if since is None or _to_read(since, wanted) > max(CATCH_UP_MIN, len(self.active) // 4):
+        if since is None or self.reload_is_cheaper(_to_read(since, wanted)):
             self.catch_ups["all"] += 1
             return None
         return since
+
+    def reload_is_cheaper(self, to_read: int) -> bool:
+        """One read of every active row costs less than reading `to_read` events by key."""
+        return to_read > max(CATCH_UP_MIN, len(self.active) // 4)
 
     def fingerprint(self) -> str:
         return self.grouping.fingerprint if self.grouping is not None else ""
@@ -86,7 +90,7 @@ class EventReads:
         also = set(also)
         self._drop_ended(since, keep=also)
         wanted_now = self._split(since, wanted, also) | also
-        if len(wanted_now) > max(CATCH_UP_MIN, len(self.active) // 4) + len(also):
+        if self.reload_is_cheaper(len(wanted_now) - len(also)):
             return False  # (the caller reads every active row, which also clears what was deferred)
         self._read_events(wanted_now)
         self._at_head(head)
@@ -178,7 +182,7 @@ class EventReads:
         when that costs less (a wave's thousands)."""
         wanted = (set(self._deferred) if tags is None
                   else {e for t in tags for e in self._deferred_by_tag.get(t, ())})
-        if len(wanted) > max(CATCH_UP_MIN, len(self.active) // 4):
+        if self.reload_is_cheaper(len(wanted)):
             self._reload_active()
         elif wanted:
             self._read_events(wanted)

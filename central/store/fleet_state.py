@@ -29,7 +29,7 @@ from central.store import state_rows as rows
 from . import head_log
 from .active_events import ActiveEvents
 from .changes import Changes
-from .event_reads import CATCH_UP_MIN, EventReads
+from .event_reads import EventReads
 from .tables import Conflict, Op, TableLog
 from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads
 
@@ -127,7 +127,7 @@ class FleetState(EventReads, VmReads):
                     changed, at = self._split(since, wanted, spelled(reported)), head
             elif self._deferred:  # (the head has not moved: deferred events of the groups wanted)
                 changed = self._split(head_log.Since(), wanted, spelled(reported))
-            if len(changed) > max(CATCH_UP_MIN, len(self.active) // 4):  # one read of every row costs less
+            if self.reload_is_cheaper(len(changed)):
                 self._reload_active()
                 changed, at = set(), None
         changed |= self._owed.intersection(reported)  # a report of an ended event: its row, as it stands

@@ -42,6 +42,22 @@ def sink_for(port: int, hub: str) -> EventHubSink:
     return EventHubSink(EventHubSettings(connection_string=processes.eventhubs_connection_string(port, hub)))
 
 
+def sent_and_read(port: int, hub: str, envelopes: List[Dict[str, Any]]) -> Consumer:
+    """Send `envelopes` through a sink, then read every one back with the SDK's consumer (closed after)."""
+    sink = sink_for(port, hub)
+    try:
+        sink.send(envelopes)
+    finally:
+        sink.close()
+    consumer = Consumer(processes.eventhubs_connection_string(port, hub)).start()
+    try:
+        wait_until(lambda: len(consumer.items()) >= len(envelopes), timeout=30,
+                   what=f"{len(envelopes)} events")
+    finally:
+        consumer.close()
+    return consumer
+
+
 def envelope(vm: str, n: int, pad: int = 0, type_: str = "scheduledevents.incarnation.v1") -> Dict[str, Any]:
     return {"specversion": "1.0", "id": f"{vm}:incarnation:{n}:x", "source": f"vm://{vm}", "type": type_,
             "subject": vm, "time": "2026-11-21T00:00:00.000Z", "datacontenttype": "application/json",
@@ -49,17 +65,8 @@ def envelope(vm: str, n: int, pad: int = 0, type_: str = "scheduledevents.incarn
 
 
 def test_batches_split_when_full_and_arrive_in_order_in_one_partition(server: processes.Server) -> None:
-    sink = sink_for(server.port, "split")
     sent = [envelope("vm-a", n, pad=20_000) for n in range(120)]  # ~2.4 MB: at least three 1 MiB batches
-    try:
-        sink.send(sent)
-    finally:
-        sink.close()
-    consumer = Consumer(processes.eventhubs_connection_string(server.port, "split")).start()
-    try:
-        wait_until(lambda: len(consumer.items()) >= 120, timeout=30, what="120 events")
-    finally:
-        consumer.close()
+    consumer = sent_and_read(server.port, "split", sent)
     got = consumer.items()
     assert len(got) == 120
     assert {r.partition for r in got} == {got[0].partition}  # one partition key -> one partition
@@ -71,7 +78,6 @@ def test_batches_split_when_full_and_arrive_in_order_in_one_partition(server: pr
 def test_a_scale_sets_vms_share_its_partition_key_and_keep_their_own_order(server: processes.Server) -> None:
     """The hub's partition key is the VM's scale set (lower-cased, as central's budgets group it), so one
     instance owns a budget group's events; a VM in none keeps its vmId. Read back by the SDK's consumer."""
-    sink = sink_for(server.port, "sets")
     def in_set(vm: str, n: int, scale_set: str) -> Dict[str, Any]:
         env = envelope(vm, n)
         env["data"]["vm"]["vmScaleSetName"] = scale_set
@@ -79,15 +85,7 @@ def test_a_scale_sets_vms_share_its_partition_key_and_keep_their_own_order(serve
 
     mixed = [e for n in range(4) for e in (in_set("web-1", n, "Web"), in_set("web-2", n, "web"),
                                            envelope("solo", n))]
-    try:
-        sink.send(mixed)
-    finally:
-        sink.close()
-    consumer = Consumer(processes.eventhubs_connection_string(server.port, "sets")).start()
-    try:
-        wait_until(lambda: len(consumer.items()) >= 12, timeout=30, what="12 events")
-    finally:
-        consumer.close()
+    consumer = sent_and_read(server.port, "sets", mixed)
     web = consumer.items(vm_id="web-1") + consumer.items(vm_id="web-2")
     assert len(web) == 8 and {r.partition_key for r in web} == {"scaleset:web"}
     assert len({r.partition for r in web}) == 1
@@ -97,17 +95,8 @@ def test_a_scale_sets_vms_share_its_partition_key_and_keep_their_own_order(serve
 
 
 def test_partition_key_is_the_vm_id_for_every_run_of_envelopes(server: processes.Server) -> None:
-    sink = sink_for(server.port, "keys")
     mixed = [envelope(vm, n) for n in range(5) for vm in ("vm-1", "vm-2", "vm-3")]
-    try:
-        sink.send(mixed)
-    finally:
-        sink.close()
-    consumer = Consumer(processes.eventhubs_connection_string(server.port, "keys")).start()
-    try:
-        wait_until(lambda: len(consumer.items()) >= 15, timeout=30, what="15 events")
-    finally:
-        consumer.close()
+    consumer = sent_and_read(server.port, "keys", mixed)
     for vm in ("vm-1", "vm-2", "vm-3"):
         mine = consumer.items(vm_id=vm)
         assert len({r.partition for r in mine}) == 1 and {r.partition_key for r in mine} == {vm}
