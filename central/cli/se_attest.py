@@ -95,7 +95,6 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
                                           fetch=None if args.offline else aia.AiaFetcher())
     except attested.TrustConfigError as exc:
         raise UsageError(str(exc)) from None
-    print_expiry(trust_store.expiry(trust, when), out)
     try:
         doc = attested.check_document(signature, trust, when)
         attested.check_window(doc.created, doc.expires, doc.valid_from, doc.valid_until, when,
@@ -105,6 +104,7 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         if fail.issuer:
             print(f"issuer not chained: {fail.issuer} (docs/security.md, 'When Azure changes its CA')",
                   file=out)
+        print_expiry(trust_store.expiry(trust, when), out)
         return EXIT_REFUSED
     print(f"verified at {_day(when)} (domains {', '.join(trust.domains)})", file=out)
     print(f"vmId:         {doc.claims.get('vmId')}", file=out)
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     for cert, source in zip(doc.chain, doc.sources):
         print(f"  {source:<8} {name_of(cert.subject)}  [{_day(cert.not_valid_before_utc)} .. "
               f"{_day(cert.not_valid_after_utc)}]", file=out)
+    print_expiry(trust_store.expiry(trust, when), out)
     return EXIT_OK
 
 

@@ -60,6 +60,8 @@ def test_kept_envelopes_are_applied_as_of_their_receive_time_once_trust_is_repai
     w = _outage(env)
     broken: CentralService = w["broken"]
     later = T0 + timedelta(minutes=3)  # health and views count as of the test's clock, not the calendar's
+    expiry = broken.health(now=later)["senderAuthentication"]["trustExpiry"]  # judged at the test's clock
+    assert (expiry["earliest"], expiry["daysLeft"], expiry["warning"]) == ("2028-05-25T23:49:25Z", 551, None)
     held = broken.health(now=later)["senderAuthentication"]["heldForTrust"]
     assert held["count"] == 6 and held["issuers"] == ["se-sandbox Test TLS Issuing CA 01"]
     assert held["oldest"].startswith("2026-11-21T12:00:00")
