@@ -42,8 +42,8 @@ def _policy_types() -> Path:
     cache = policy_reference.cache_dir()
     if policy_reference.missing(cache):
         pytest.fail(f"no policy types in {cache}: `python -m tools.policy_reference fill --types-git "
-                    "<Azure/bicep-types-az git dir> --aliases-git <maciejporebski/azure-policy-aliases git dir>`"
-                    " (docs/deploy.md)")
+                    "<Azure/bicep-types-az git dir> --aliases-git "
+                    "<maciejporebski/azure-policy-aliases git dir>` (docs/deploy.md)")
     return cache / "bicep-types"
 
 
