@@ -69,23 +69,56 @@ var bodies = {
   'feed-opt-in': loadJsonContent('definitions/feed-opt-in.json')
   'feed-role': loadJsonContent('definitions/feed-role.json')
 }
-var assignmentValues = {
-  artifactsUrl: artifactsUrl
-  eventHubNamespace: eventHubNamespace
-  eventHubName: eventHubName
-  vmIdentityId: vmIdentityId
-  vmIdentityClientId: vmIdentityClientId
-  queueServiceUri: queueServiceUri
-  storageAccountId: storageAccountId
-  centralPrincipalId: centralPrincipalId
-  exclusionTagName: exclusionTagName
-  offValue: offValue
-  agentlessValue: agentlessValue
-  forwarderEffect: forwarderEffect
-  platformFeedEffect: platformFeedEffect
-  platformFeedRoleEffect: platformFeedEffect == 'Modify'
-    ? 'DeployIfNotExists'
-    : platformFeedEffect == 'Audit' ? 'AuditIfNotExists' : 'Disabled'
+// central's role follows the opt-in: deployed with it, reported with it, or neither
+var roleEffects = {
+  Modify: 'DeployIfNotExists'
+  Audit: 'AuditIfNotExists'
+  Disabled: 'Disabled'
+}
+// The assignment's parameter values (the initiative's parameters: initiative.json)
+var assignmentParameters = {
+  artifactsUrl: {
+    value: artifactsUrl
+  }
+  eventHubNamespace: {
+    value: eventHubNamespace
+  }
+  eventHubName: {
+    value: eventHubName
+  }
+  vmIdentityId: {
+    value: vmIdentityId
+  }
+  vmIdentityClientId: {
+    value: vmIdentityClientId
+  }
+  queueServiceUri: {
+    value: queueServiceUri
+  }
+  storageAccountId: {
+    value: storageAccountId
+  }
+  centralPrincipalId: {
+    value: centralPrincipalId
+  }
+  exclusionTagName: {
+    value: exclusionTagName
+  }
+  offValue: {
+    value: offValue
+  }
+  agentlessValue: {
+    value: agentlessValue
+  }
+  forwarderEffect: {
+    value: forwarderEffect
+  }
+  platformFeedEffect: {
+    value: platformFeedEffect
+  }
+  platformFeedRoleEffect: {
+    value: roleEffects[platformFeedEffect]
+  }
 }
 // What remediation deploys with (the union of the definitions' roleDefinitionIds), each where it is needed.
 var roles = {
@@ -134,7 +167,7 @@ resource assignment 'Microsoft.Authorization/policyAssignments@2025-03-01' = {
     displayName: initiative.displayName
     policyDefinitionId: initiativeSet.id
     enforcementMode: 'Default'
-    parameters: toObject(items(assignmentValues), item => item.key, item => { value: item.value })
+    parameters: assignmentParameters
     nonComplianceMessages: [
       {
         message: 'This VM has neither the Scheduled Events forwarder nor the platform feed: Azure may reboot it at NotBefore with nobody told (docs/deploy.md, "Cover a whole subscription").'

@@ -40,4 +40,5 @@ for ref in $refs; do
     --definition-reference-id "$ref" --resource-discovery-mode "$discovery" -o none
   echo "remediate: $ref: task se-$ref-$stamp started (az policy remediation show -n se-$ref-$stamp${mg:+ --management-group $mg})"
 done
-echo "remediate: then: se-fleet coverage --subscription ${sub:-<id>} (or --management-group $mg) lists what is still blind"
+if [ -n "$mg" ]; then check="--management-group $mg"; else check="--subscription $sub"; fi
+echo "remediate: then: se-fleet coverage $check lists the VMs still blind (docs/deploy.md)"

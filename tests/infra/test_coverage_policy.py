@@ -283,7 +283,7 @@ def test_set_references_fit_the_definitions_and_the_assignment() -> None:
             for used in re.findall(r"parameters\('([^']+)'\)", str(value["value"])):
                 assert used in declared
     for main in ("main.bicep", "main-mg.bicep"):
-        block = (COVERAGE / main).read_text().split("var assignmentValues = {", 1)[1].split("\n}\n", 1)[0]
+        block = (COVERAGE / main).read_text().split("var assignmentParameters = {", 1)[1].split("\n}\n", 1)[0]
         assert set(re.findall(r"^  (\w+):", block, re.M)) == declared, main
 
 
