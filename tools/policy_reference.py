@@ -41,10 +41,16 @@ ALIAS_TYPES = (
 ALIAS_ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \|$")
 
 
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "policy-reference"  # beside the checkout
+
+
 def cache_dir() -> Path:
-    """SE_REFERENCE_CACHE, else ~/.cache/se-reference."""
+    """SE_REFERENCE_CACHE; else ../shared/policy-reference beside the checkout when it is there (where the
+    shared bicep-types extract lives); else ~/.cache/se-reference."""
     configured = os.environ.get("SE_REFERENCE_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "se-reference"
+    if configured:
+        return Path(configured)
+    return SHARED if SHARED.is_dir() else Path.home() / ".cache" / "se-reference"
 
 
 def alias_file(resource_type: str) -> str:

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import urllib.error
-from typing import Any, Dict, List, TextIO
+from typing import Any, Callable, Dict, List, TextIO, Type
 
 from central.cli import coverage, resource_graph
 
@@ -85,20 +85,20 @@ def _graph(args: argparse.Namespace, query: str) -> List[Dict[str, Any]]:
     return read.rows
 
 
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    """The verb: one line on stderr and its exit code for every failure it expects."""
-    from central.cli import se_fleet  # the token and central's fleet, as `se-fleet status` reads them
-
+def run(args: argparse.Namespace, out: TextIO, fetch: Callable[[str, str], Dict[str, Any]],
+        operator_token: Callable[[str], str], no_token: Type[Exception]) -> int:
+    """The verb: one line on stderr and its exit code for every failure it expects. se_fleet passes how it
+    reads central (`fetch`: GET /api/fleet) and the operator's token, so both verbs read central alike."""
     try:
         _check(args)
-        token = args.token or se_fleet.operator_token(args.api)
+        token = args.token or operator_token(args.api)
         rows = _graph(args, coverage.inventory_query(args.resource_group))
         roles = _graph(args, coverage.role_query(args.central_principal_id)) if args.central_principal_id \
             else []
-        fleet = se_fleet.fetch(args.url, token)
-    except (UsageError, se_fleet.UsageError) as exc:
+        fleet = fetch(args.url, token)
+    except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except se_fleet.NoToken as exc:
+    except no_token as exc:
         return _fail(str(exc), EXIT_ACCESS)
     except resource_graph.GraphError as exc:
         return _fail(str(exc), EXIT_ACCESS if exc.access else EXIT_UNREACHABLE)

@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     try:
         args = parser().parse_args(argv)
         if args.command == "coverage":
-            return coverage_command.run(args, out)
+            return coverage_command.run(args, out, fetch, operator_token, NoToken)
         if not args.url or not (args.api or args.token):
             raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
         token = args.token or operator_token(args.api)
