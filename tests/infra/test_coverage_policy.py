@@ -126,16 +126,21 @@ def test_existence_condition_holds_for_what_the_deployment_writes(
     template_params["osType"] = os_type
     written = _template_expressions(template, template_params)
     [extension] = [r for r in template["resources"] if r["type"] == details["type"]]
-    # The extension the rule looks for is the one the deployment writes (same name).
-    assert written.value(extension["name"]).split("/")[-1] == policy.value(details["name"])
-    body: Dict[str, Any] = {"name": policy.value(details["name"]), "type": details["type"], "properties": {}}
+    # The related resource's name is the child's, as the deployment writes it (parent/child).
+    body: Dict[str, Any] = {"name": written.value(extension["name"]).split("/")[-1], "type": details["type"],
+                            "properties": {}}
+    assert "name" not in details  # found by the existence condition, not by a name lookup
     for condition in details["existenceCondition"]["allOf"]:
+        if condition["field"] in TOP_LEVEL:
+            continue
         path = aliases[condition["field"].lower()]
         section, _, key = path.partition(".")
         value = "Succeeded" if path in READ_ONLY else written.value(_get(extension, path))
         body.setdefault(section, {})[key] = value
     assert rules.matches(details["existenceCondition"], body, policy, aliases)
-    # ...and fails for an extension of another publisher (the check can fail).
+    # ...and fails for another CustomScript extension, or one of another publisher (the check can fail).
+    assert not rules.matches(details["existenceCondition"], {**body, "name": "someone-elses-script"}, policy,
+                             aliases)
     body["properties"]["publisher"] = "Microsoft.Azure.Monitor"
     assert not rules.matches(details["existenceCondition"], body, policy, aliases)
 
