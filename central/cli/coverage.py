@@ -78,7 +78,7 @@ class Machine:
     owner: str  # the resource that owns its scheduled events (the VM itself, its set, its scale set)
     installed: bool  # the forwarder's extension on it (or on its Uniform scale set's model)
     opted_in: bool  # the owner's platform feed is on
-    excluded: bool  # tagged <tag>: off, here or on its scale set
+    excluded: bool  # tagged <tag>: off (a Uniform instance: its scale set)
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,9 @@ def machines(rows: Iterable[Mapping[str, Any]], tag: str = "se-forwarder", off: 
             id=str(row["id"]), name=str(row.get("name", "")), subscription=_lower(row.get("subscriptionId")),
             resource_group=_lower(row.get("resourceGroup")), vm_id=_lower(row.get("vmId")), owner=owner,
             installed=installed, opted_in=owner_row.get("feed") is True,
+            # read where the policies read it: a VM's own tag; a Uniform instance's scale set's
             excluded=_excluded(row.get("tags"), tag, off) or
-            (owner != key and _excluded(owner_row.get("tags"), tag, off))))
+            (kind == INSTANCE_TYPE and _excluded(owner_row.get("tags"), tag, off))))
     return out
 
 

@@ -81,6 +81,13 @@ def test_owners_are_the_vm_its_set_or_its_scale_set() -> None:
     assert "as1" not in found and "web" not in found  # owners are not VMs
 
 
+def test_the_tag_is_read_where_the_policies_read_it() -> None:
+    rows = [owner("vmss", "web", tags={"se-forwarder": "off"}), instance("web", 0, "id-w"),
+            owner("avset", "as2", tags={"se-forwarder": "off"}),
+            vm("member2", "id-m2", owner=f"{RG}/availabilitySets/as2")]
+    assert verdicts(rows, {"vms": []}, []) == {"web_0": "excluded", "member2": "blind"}
+
+
 def test_a_role_above_the_owner_lets_central_approve() -> None:
     group = [f"/subscriptions/{SUB}/resourceGroups/APPS"]
     assert verdicts(roles=group)["opted-no-role"] == "agentless"
