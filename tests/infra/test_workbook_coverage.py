@@ -26,5 +26,5 @@ def test_the_tile_runs_se_fleet_coverage_s_query_on_resource_graph() -> None:
 def test_the_tile_names_the_extension_and_tag_the_verdicts_use() -> None:
     query = ITEMS["coverage"]["content"]["query"]
     assert query.count(f'"{coverage.EXTENSION_PREFIX}"') >= 2
-    assert 'tags["se-forwarder"]) =~ "off"' in query
+    assert 'ownerTags["se-forwarder"], tags["se-forwarder"])) =~ "off"' in query  # where the policies read it
     assert coverage.FEED.split(".", 1)[1] in query
