@@ -152,11 +152,13 @@ def test_central_role_existence_condition_holds_for_what_its_deployment_writes(
     policy = rules.policy_expressions(params)
     template = details["deployment"]["properties"]["template"]
     given = details["deployment"]["properties"]["parameters"]
-    passed = {k: policy.value(v["value"]) for k, v in given.items() if "field(" not in v["value"]}
+    passed = {k: f"<{k}>" if "field(" in v["value"] else policy.value(v["value"]) for k, v in given.items()}
     written = _template_expressions(template, passed)
     [assignment] = [r for r in template["resources"] if r["type"] == details["type"]]
     body = {"properties": {k: written.value(v) for k, v in assignment["properties"].items()}}
     assert rules.matches(details["existenceCondition"], body, policy, aliases)
+    # At the owner itself, never wider (the owner's type and name, as the policy passes them).
+    assert written.value(assignment["scope"]) == "<ownerType>/<ownerName>"
     body["properties"]["principalId"] = "someone-else"
     assert not rules.matches(details["existenceCondition"], body, policy, aliases)
 
