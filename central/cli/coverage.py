@@ -105,9 +105,13 @@ def machines(rows: Iterable[Mapping[str, Any]], tag: str = "se-forwarder", off: 
     extensions = {_lower(r["id"]).rsplit("/extensions/", 1)[0] for r in rows
                   if _lower(r.get("type")) == EXTENSION_TYPE
                   and _lower(r.get("provisioningState")) in ("succeeded", "")}
+    # a VM listed both ways (a Flexible member, should computeresources hold it too) is counted once
+    as_vm = {_lower(r.get("vmId")) for r in rows if _lower(r.get("type")) == VM_TYPE and r.get("vmId")}
     out = []
     for row in rows:
         kind, key = _lower(row.get("type")), _lower(row.get("id"))
+        if kind == INSTANCE_TYPE and _lower(row.get("vmId")) in as_vm:
+            continue
         if kind == VM_TYPE:
             owner = _lower(row.get("owner")) or key
             installed = key in extensions

@@ -88,6 +88,12 @@ def test_the_tag_is_read_where_the_policies_read_it() -> None:
     assert verdicts(rows, {"vms": []}, []) == {"web_0": "excluded", "member2": "blind"}
 
 
+def test_a_vm_listed_as_a_vm_and_an_instance_counts_once() -> None:
+    rows = [*ROWS, {**instance("flex", 0, "id-heard"), "name": "heard-again"}]
+    assert [m.name for m in coverage.machines(rows)].count("heard-again") == 0
+    assert len(coverage.machines(rows)) == len(coverage.machines(ROWS))
+
+
 def test_a_role_above_the_owner_lets_central_approve() -> None:
     group = [f"/subscriptions/{SUB}/resourceGroups/APPS"]
     assert verdicts(roles=group)["opted-no-role"] == "agentless"
