@@ -64,7 +64,7 @@ CHECKOV_VENV    := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 CHECKOV_STAMP   := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
-.PHONY: checkov-venv infra-check
+.PHONY: checkov-venv infra-check policy-reference
 
 $(CHECKOV_STAMP): tools/checkov-requirements.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
@@ -79,6 +79,11 @@ test-quick: $(CHECKOV_STAMP)
 
 infra-check: $(STAMP) $(CHECKOV_STAMP)
 	$(PY) -m pytest tests/infra -q -p no:cacheprovider
+
+# The policy types and alias tables infra/coverage/ is checked against, outside the repository (docs/deploy.md,
+# "Offline checks"): from git directories of Azure/bicep-types-az and maciejporebski/azure-policy-aliases.
+policy-reference: $(STAMP)
+	$(PY) -m tools.policy_reference fill --types-git "$(TYPES_GIT)" --aliases-git "$(ALIASES_GIT)"
 
 # Offline install bundles of the forwarder for the VMs (docs/deploy.md); needs PyPI here, not on the VMs.
 wheelhouse: $(STAMP)

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
+from central.cli import coverage_command
 from central.cli.closed_pipe import survives_closed_pipe
 
 EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NO_TOKEN = 0, 1, 3, 4, 5
@@ -135,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
                          help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
         one.add_argument("--json", action="store_true", help="central's answer as JSON")
     status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
+    coverage_command.register(sub)
     return top
 
 
@@ -143,6 +145,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     out = out or sys.stdout
     try:
         args = parser().parse_args(argv)
+        if args.command == "coverage":
+            return coverage_command.run(args, out, fetch, operator_token, NoToken)
         if not args.url or not (args.api or args.token):
             raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
         token = args.token or operator_token(args.api)
