@@ -43,8 +43,7 @@ class Asset:
 
 def authority(environment: Mapping[str, str]) -> str:
     """Where people sign in: OPERATOR_CONSOLE_AUTHORITY, else the tenant's authority read from
-    OPERATOR_API_JWKS_URL (https://<login host>/<tenant>/discovery/v2.0/keys gives https://<login host>/<tenant>).
-    """
+    OPERATOR_API_JWKS_URL (https://<login host>/<tenant>/discovery/v2.0/keys: the part before /discovery)."""
     given = str(environment.get("OPERATOR_CONSOLE_AUTHORITY", "")).strip().rstrip("/")
     if given:
         return given
