@@ -158,17 +158,23 @@
   }
 
   function storyView(ev) {
-    const reports = Object.entries(ev.reportedBy || {}).map(([vm, at]) =>
-      el("li", {}, "VM " + vm + " reported it" + (typeof at === "string" ? " at " + when(at) : "")));
+    const reports = Object.entries(ev.reportedBy || {}).map(([vm, vmId]) =>
+      el("li", {}, "VM " + vm + " (its forwarder; vmId " + vmId + ")"));
     const platform = ev.witnesses && ev.witnesses.platform;
-    if (platform) reports.push(el("li", {}, "The platform feed (Azure) said: " + JSON.stringify(platform)));
+    if (platform) {
+      reports.push(el("li", {}, "Azure's own feed (Event Grid): " + Object.entries(platform)
+        .map(([k, v]) => k + " " + (typeof v === "object" ? JSON.stringify(v) : v)).join(", ")));
+    }
     const decisions = (ev.decisions || []).map((d) => el("li", {},
       when(d.at) + ": " + d.action + " → " + d.state + (d.shadow ? " (shadow policy, not sent)" : "") +
       ", by " + (d.decidedBy || "?") + (d.rule ? ", rule " + d.rule : "") + (d.reason ? ": " + d.reason : "") +
       (d.leaderVmName ? "; sent to " + d.leaderVmName : "")));
-    const approvals = (ev.approvals || []).map((a) => el("li", {}, Object.entries(a)
-      .filter(([, v]) => v !== null && v !== "").map(([k, v]) => k + ": " + (typeof v === "object" ?
-        JSON.stringify(v) : v)).join("; ")));
+    const approvals = (ev.approvals || []).map((a) => el("li", {},
+      "Attempt " + (a.attempt || "?") + ": " + (a.action || "approve") + " to " + (a.vmName || a.via || "?") +
+      (a.sentAt ? ", sent " + when(a.sentAt) : "") + (a.expiresAt ? ", expires " + when(a.expiresAt) : "") +
+      ", by " + (a.decidedBy || "?") + "; result: " + (a.result ? (typeof a.result === "object" ?
+        JSON.stringify(a.result) : a.result) + (a.resultAt ? " at " + when(a.resultAt) : "") :
+        (a.sent ? "none yet" : "not sent"))));
     const alerts = (ev.alerts || []).map((a) => el("li", {}, when(a.at) + ": [" + a.severity + "] " + a.title +
       " (" + (a.outcome || "not known") + ")"));
     const section = (title, items, empty) => [el("h2", {}, title),

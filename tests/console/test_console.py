@@ -178,3 +178,32 @@ def test_first_load_weight_is_measured(fleet: Fleet, page: Page) -> None:
     figures = {"totalTransferBytes": total, "entries": entries}
     (ARTEFACTS / "weight.json").write_text(json.dumps(figures, indent=1))
     print(f"console first load: {total} bytes transferred in {len(entries)} requests")
+
+
+def test_the_terminal_reads_and_decides_with_the_same_sign_in(fleet: Fleet,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """se-fleet pending / show / hold / release / approve against the same central, with the Operator's and
+    the Reader's tokens; exit codes as documented (central/cli/se_fleet_events.py)."""
+    from central.cli import se_fleet
+
+    event = held_event(fleet, ["vm-c"])
+    base = ["--url", fleet.runner_url, "--token"]
+    operator, reader = fleet.tokens["Operator"], fleet.tokens["Reader"]
+    assert se_fleet.main(["pending", *base, reader]) == 0
+    listed = capsys.readouterr().out
+    assert event["eventId"] in listed and "why: rule db-needs-a-person" in listed
+    assert se_fleet.main(["approve", event["eventId"], "--reason", "no", *base, reader]) == 4  # 403
+    assert "Operator" in capsys.readouterr().err
+    assert se_fleet.main(["release", event["eventId"], "--reason", "not held", *base, operator]) == 7
+    assert "no operator holds it" in capsys.readouterr().err
+    assert se_fleet.main(["hold", event["eventId"].lower(), "--reason", "wait for the app team", *base,
+                          operator]) == 0
+    assert "is now held" in capsys.readouterr().out
+    assert se_fleet.main(["approve", event["eventId"], "--reason", "terminal test", *base, operator]) == 0
+    assert "recorded as operator:olga.operator@contoso.com" in capsys.readouterr().out
+    wait(lambda: fleet.imds.event(event["eventId"])["approvedBy"], 60, "the VM's approval reaches IMDS")
+    assert se_fleet.main(["show", event["eventId"], *base, reader]) == 0
+    story = capsys.readouterr().out
+    assert "wait for the app team" in story and "terminal test" in story
+    assert se_fleet.main(["show", "00000000-0000-0000-0000-00000000dead", *base, reader]) == 6
+    assert se_fleet.main(["approve", event["eventId"], *base, operator]) == 3  # --reason is required
