@@ -80,6 +80,12 @@ def held_event(fleet: Fleet, resources: List[str]) -> Dict[str, Any]:
                 60, f"central holds {added['eventId']}")
 
 
+def alerts(fleet: Fleet) -> List[Dict[str, Any]]:
+    """What the webhook receiver got (generic format), oldest first."""
+    path = fleet.work / "alerts.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def card(page: Page, event_id: str) -> Any:
     return page.locator(f'article[data-event="{event_id}"]')
 
@@ -121,8 +127,12 @@ def test_an_operator_approves_with_a_reason_and_the_vm_is_approved(fleet: Fleet,
     seen = wait(lambda: fleet.imds.event(event["eventId"])["approvedBy"], 60,
                 "the IMDS simulator sees the VM's approval")
     assert set(seen) <= {"vm-b", "vm-c"}
-    # the event's story: the decision with who made it and why
-    page.goto(f"{fleet.console_url}#event={event['eventId']}")
+    # the alert about the event leads to its story: the decision with who made it and why
+    link = wait(lambda: next((a["body"]["link"] for a in alerts(fleet)
+                              if a["body"].get("eventId") == event["eventId"]), None),
+                30, "an alert with a link")
+    assert link == f"{fleet.console_url}#event={event['eventId']}"
+    page.goto(link)
     story = page.locator("#view")
     story.get_by_text("operator:olga.operator@contoso.com", exact=False).first.wait_for(timeout=20_000)
     assert "console test: approved on call" in story.inner_text()
