@@ -98,6 +98,7 @@ class FleetSettings:
     central_extra: Dict[str, str] = field(default_factory=dict)  # more app settings for central
     sign_in: bool = False                       # the issuer's sign-in endpoints, for the console (HTTPS)
     token_lifetime: int = 3600                  # seconds a console sign-in's access token lasts
+    platform_auth: bool = True                  # the runner emulates App Service authentication (off: Flex)
 
 
 class Fleet:
@@ -300,7 +301,7 @@ class Fleet:
                        for role, (name, oid) in OPERATORS.items()}
         self.settings_file.write_text(json.dumps(
             {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}},
-             "Auth": self.issuer.auth_section()}, indent=2))
+             "Auth": self.issuer.auth_section(enabled=s.platform_auth)}, indent=2))
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
         return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)

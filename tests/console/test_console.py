@@ -3,8 +3,10 @@ runner with the real function_app.py, central, Azurite, the Event Hubs server, t
 forwarders, and the local issuer's Entra-shaped sign-in (sandbox/functions/signin.py) that
 @azure/msal-browser signs in to with auth code + PKCE.
 
-One practice fleet serves the file (the db VMs' events are held for a person); each test has its own
-browser context (its own session storage, so its own sign-in). Screenshots and the page's weight go to
+One practice fleet serves the file (the db VMs' events are held for a person), with the platform's
+authentication off (the runner's App Service authentication emulation disabled, as on Flex Consumption):
+central's own token validation is all that guards the data. Each test has its own browser context (its
+own session storage, so its own sign-in). The practice fleet with it on is tests/e2e's. Screenshots and the page's weight go to
 tests/console/artefacts/ (gitignored).
 """
 
@@ -17,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
+import requests
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from sandbox.demo.fleet import Fleet, FleetSettings, VmSpec
@@ -44,7 +47,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     chromium_path()  # fail before starting anything when the browser is missing
     settings = FleetSettings(work=tmp_path_factory.mktemp("console"), vms=VMS, time_scale=1.0,
                              policy=practice_policy(datetime.now(timezone.utc)), central_instances=1,
-                             reevaluate_schedule="*/5 * * * * *", sign_in=True)
+                             reevaluate_schedule="*/5 * * * * *", sign_in=True,
+                             platform_auth=False)  # as on Flex Consumption: central alone checks tokens
     with Fleet(settings) as running:
         running.wait_until_central_knows_every_vm(timeout=90)
         yield running
@@ -197,6 +201,9 @@ def test_the_terminal_reads_and_decides_with_the_same_sign_in(fleet: Fleet,
     from central.cli import se_fleet
 
     event = held_event(fleet, ["vm-c"])
+    # the platform's authentication is off: the refusal without a token is central's own (a JSON body)
+    anonymous = requests.get(f"{fleet.runner_url}/api/events/pending", timeout=10)
+    assert anonymous.status_code == 401 and anonymous.json()["error"].startswith("sign in")
     base = ["--url", fleet.runner_url, "--token"]
     operator, reader = fleet.tokens["Operator"], fleet.tokens["Reader"]
     assert se_fleet.main(["pending", *base, reader]) == 0
