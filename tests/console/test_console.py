@@ -6,8 +6,8 @@ forwarders, and the local issuer's Entra-shaped sign-in (sandbox/functions/signi
 One practice fleet serves the file (the db VMs' events are held for a person), with the platform's
 authentication off (the runner's App Service authentication emulation disabled, as on Flex Consumption):
 central's own token validation is all that guards the data. Each test has its own browser context (its
-own session storage, so its own sign-in). The practice fleet with it on is tests/e2e's. Screenshots and the page's weight go to
-tests/console/artefacts/ (gitignored).
+own session storage, so its own sign-in). The practice fleet with it on is tests/e2e's. Screenshots and
+the page's weight go to tests/console/artefacts/ (gitignored).
 """
 
 from __future__ import annotations
