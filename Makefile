@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo sandbox test test-quick lint bench fault wheelhouse clean
+.PHONY: demo sandbox test test-any-date test-quick lint bench fault wheelhouse clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml ops/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: bootstrap lint
 test-quick: bootstrap
 	$(PY) -m pytest -m "not slow" -x -q -p no:cacheprovider
 
+# The suite on any date: the in-process suites with the clock 400 days ahead and 30 days behind
+# (Debian's faketime; tools/any_date.py says which suites). .ci/run runs it after `make test`.
+test-any-date: bootstrap
+	$(PY) -m tools.any_date
+
 bench: bootstrap
 	$(PY) -m bench
 
@@ -53,7 +58,7 @@ fault: bootstrap
 	$(PY) -m pytest -m slow -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) node_modules .demo .sandbox .state build dist wheelhouse *.egg-info
+	rm -rf $(VENV) node_modules .demo .sandbox .state .any-date build dist wheelhouse *.egg-info
 
 # ---- infra (issue 6) ----
 # checkov runs in its own venv: it pins its own dependency versions (pycep-parser, ...).

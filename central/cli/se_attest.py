@@ -22,7 +22,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence, TextIO
+from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
 from central.cli.closed_pipe import survives_closed_pipe
 from central.intake import aia, attested, trust_store
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
                                           fetch=None if args.offline else aia.AiaFetcher())
     except attested.TrustConfigError as exc:
         raise UsageError(str(exc)) from None
+    print_expiry(trust_store.expiry(trust, when), out)
     try:
         doc = attested.check_document(signature, trust, when)
         attested.check_window(doc.created, doc.expires, doc.valid_from, doc.valid_until, when,
@@ -115,6 +116,18 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         print(f"  {source:<8} {name_of(cert.subject)}  [{_day(cert.not_valid_before_utc)} .. "
               f"{_day(cert.not_valid_after_utc)}]", file=out)
     return EXIT_OK
+
+
+def print_expiry(found: Dict[str, Any], out: TextIO) -> None:
+    """The trust's earliest expiry as of the check's time, and a WARNING within 180 days of it."""
+    if found.get("earliest"):
+        print(f"trust: earliest expiry {found['earliest']} ({found['subject']}, {found['source']}), "
+              f"{found['daysLeft']} days after the check's time", file=out)
+    if found.get("warning"):
+        print(f"WARNING: {found['warning']}", file=out)
+    for cert in found.get("expired") or []:
+        print(f"expired in the trust: {cert['subject']} ({cert['source']}) ended {cert['notAfter']}",
+              file=out)
 
 
 @survives_closed_pipe

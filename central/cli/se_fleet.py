@@ -100,6 +100,11 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
     held = fleet.get("heldForTrust") or {}
     if held.get("count"):
         lines.append(held_line(held))
+    gone = held.get("givenUp") or {}
+    if gone.get("count"):
+        vms = ", ".join(f"{v['vm']} ({v['count']})" for v in gone.get("vms") or [])
+        lines.append(f"WARNING: {gone['count']} envelope(s) held for trust were given up unverified after "
+                     f"{held.get('keptDays')} days (AUTHN_HELD_DAYS), last at {gone.get('last')}: {vms}")
     return "\n".join(lines)
 
 

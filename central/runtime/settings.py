@@ -85,6 +85,7 @@ class CentralSettings:
     authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: roots/intermediates added to the shipped trust
     authn_metadata_domains: str = ""  # AUTHN_METADATA_DOMAINS (comma-separated); empty: public + US Gov
     authn_aia_hosts: str = ""  # AUTHN_AIA_HOSTS (comma-separated); empty: Microsoft's and DigiCert's
+    authn_held_days: int = 7  # AUTHN_HELD_DAYS: days a trust-refused envelope is kept for re-verification
     report_grace: float = 120.0  # REPORT_GRACE_SECONDS (central.policy.witness)
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
@@ -122,6 +123,7 @@ class CentralSettings:
             authn_mode=(s.get("AUTHN_MODE") or "required").strip().lower(),
             authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "").strip(),
             authn_aia_hosts=(s.get("AUTHN_AIA_HOSTS") or "").strip(),
+            authn_held_days=_held_days(s),
             report_grace=_number(s, "REPORT_GRACE_SECONDS", 120.0),
             claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
             confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),
@@ -130,6 +132,14 @@ class CentralSettings:
             arm_endpoint=_arm_endpoint(s),
             arm_api_version=_arm_api_version(s),
         )
+
+
+def _held_days(settings: Mapping[str, str]) -> int:
+    """AUTHN_HELD_DAYS: whole days, 1 to 365 (Quarantine's partitions are UTC days)."""
+    text = (settings.get("AUTHN_HELD_DAYS") or "7").strip()
+    if not text.isdigit() or not 1 <= int(text) <= 365:
+        raise SettingsError(f"AUTHN_HELD_DAYS must be a whole number of days from 1 to 365, got {text!r}")
+    return int(text)
 
 
 def _status_alert_floor(settings: Mapping[str, str]) -> str:

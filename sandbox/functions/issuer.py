@@ -32,7 +32,7 @@ EXCLUDED_PATHS = ["/api/health", "/api/automation/*", "/api/console", "/api/cons
 
 class LocalIssuer:
     def __init__(self, directory: Path, issuer: str = ISSUER, audience: str = AUDIENCE) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).resolve()  # the settings file names its key file by this path
         self.issuer, self.audience = issuer, audience
         self.private_file = self.directory / "issuer-private.pem"
         self.public_file = self.directory / "issuer-public.pem"
