@@ -191,7 +191,9 @@ def stage(bundle: Path, where: Layout, config: bytes, runner: Runner = subproces
     staged = Path(where.staged_python_dir)
     if staged.exists():
         shutil.rmtree(staged)
-    shutil.copytree(bundle / "python", staged)
+    # copyfile, not copy2: content is all the install needs, and copy2's CopyFile2 (Python 3.12+ on
+    # Windows) is missing from Wine 8.0, where the tests run this
+    shutil.copytree(bundle / "python", staged, copy_function=shutil.copyfile)
     pth = _one(staged, "python3*._pth", "interpreter path file")
     pth.write_text(enable_site(pth.read_text(encoding="utf-8")), encoding="utf-8", newline="")
     python = str(staged / "python.exe")
@@ -204,7 +206,7 @@ def stage(bundle: Path, where: Layout, config: bytes, runner: Runner = subproces
     version = _run(runner, [python, "-m", "forwarder", "--version"], "the staged forwarder").strip()
     for name in COPIED:
         if (bundle / name).exists():
-            shutil.copy2(bundle / name, Path(where.prefix) / name)
+            shutil.copyfile(bundle / name, Path(where.prefix) / name)
     tmp = Path(where.config_path + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, where.config_path)
