@@ -41,6 +41,10 @@ COPIED = (HOST_SCRIPT, "requirements-vm.txt", "forwarder.md")
 # SIDs, not names (names are localized): SYSTEM, Administrators, LOCAL SERVICE.
 SYSTEM, ADMINS, LOCAL_SERVICE = "*S-1-5-18", "*S-1-5-32-544", "*S-1-5-19"
 PIP_TIMEOUT = 900
+# How install-forwarder.ps1 runs this module before anything is installed: the bundle's interpreter with
+# the forwarder's wheel first on sys.path (`python.exe -c BOOTSTRAP <wheel> <step> ...`).
+BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+             "from forwarder.windows_install import main; sys.exit(main())")
 
 
 class InstallError(Exception):

@@ -119,3 +119,18 @@ def test_ledger_writers_in_two_processes_lose_nothing(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0], outs
     events = json.loads((tmp_path / FILE_NAME).read_text())["events"]
     assert sorted(events) == sorted(f"{n}-{i}" for n in ("daemon", "approve") for i in range(60))
+
+
+def test_the_powershell_installer_runs_the_same_steps_from_the_same_places() -> None:
+    """install-forwarder.ps1 is thin: it bootstraps windows_install exactly as the Wine suite does, and
+    finds the installed interpreter where the plan puts it."""
+    script = (REPO / "infra" / "forwarder" / "install-forwarder.ps1").read_text()
+    assert f'$Bootstrap = "{windows_install.BOOTSTRAP}"' in script
+    where = windows_install.layout({"ProgramFiles": "C:\\PF"})
+    assert where.python_exe == ntpath.join("C:\\PF", "se-forwarder\\python\\python.exe")
+    assert '$Installed = Join-Path $env:ProgramFiles "se-forwarder\\python\\python.exe"' in script
+    for step in ("plan", "stage --bundle $work @configArgs", "activate", "windows-install @removeArgs"):
+        assert step in script, step
+    host = (REPO / "infra" / "forwarder" / "run-forwarder.ps1").read_text()
+    assert "& $Python -m forwarder run --config $Config" in host
+    assert "-Python" in windows_install.task_arguments(where)["argument"]

@@ -30,7 +30,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
-from typing import IO, Dict, Iterator, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from tools import embedded_python
 
@@ -226,12 +226,17 @@ def interpreter() -> Path:
     return target
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.3, log: Optional[Daemon] = None):  # type: ignore[no-untyped-def]
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.3,
+               log: Optional[Daemon] = None) -> Any:
+    """Poll `condition` until truthy, at most `timeout` s; fail at once when `log`'s process ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if log is not None and log.proc.poll() is not None:
+            raise AssertionError(f"the forwarder exited ({log.proc.returncode}) while waiting for {what}\n"
+                                 + log.text()[-4000:])
         time.sleep(interval)
     tail = log.text()[-4000:] if log is not None else ""
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{tail}")
