@@ -134,3 +134,18 @@ def test_the_powershell_installer_runs_the_same_steps_from_the_same_places() -> 
     host = (REPO / "infra" / "forwarder" / "run-forwarder.ps1").read_text()
     assert "& $Python -m forwarder run --config $Config" in host
     assert "-Python" in windows_install.task_arguments(where)["argument"]
+
+
+def test_the_bundle_interpreter_is_refused_unless_its_bytes_are_the_pinned_ones(tmp_path: Path) -> None:
+    from tools import embedded_python
+
+    archive = tmp_path / "python-embed.zip"
+    archive.write_bytes(b"not python.org's zip")
+    with pytest.raises(embedded_python.EmbedError, match="not the pinned"):
+        embedded_python.verified(archive)
+    assert embedded_python.verified(archive, embedded_python.sha256(archive)) == archive
+    (tmp_path / "python.exe").write_bytes(b"MZ")
+    with pytest.raises(embedded_python.EmbedError, match=r"python313\.dll, python313\.zip, python313\._pth"):
+        embedded_python.check_layout(tmp_path)
+    version = embedded_python.VERSION
+    assert embedded_python.URL == f"https://www.python.org/ftp/python/{version}/python-{version}-embed-amd64.zip"
