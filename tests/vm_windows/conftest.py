@@ -34,12 +34,14 @@ POLICY = {
     "rules": [{"name": "drain-first", "match": {"eventTypes": ["Redeploy", "Reboot"]},
                "action": "approve-after-hook", "severity": "warning"}],
 }
-# The drain hook: runs `hostname` by name (Windows' own PATH) into a file; a Reboot fails it (exit 3).
-# (`if errorlevel`, not `||`: Wine's cmd takes `prog > file || ...` as failed even when prog exits 0.)
+# The drain hook: runs `hostname` by name (Windows' own PATH: with the Linux search path it exits 9009,
+# "Can't recognize 'hostname'"), records its output, and fails a Reboot (exit 3). (`if errorlevel`,
+# not `||`: Wine's cmd takes `prog > file || ...` as failed even when prog exits 0.)
 HOOK = (
     "@echo off\r\n"
-    'hostname > "%ProgramData%\\se-forwarder\\state\\hook-%SE_EVENT_ID%.txt"\r\n'
+    "hostname\r\n"
     "if errorlevel 1 exit /b 9\r\n"
+    'hostname > "%ProgramData%\\se-forwarder\\state\\hook-%SE_EVENT_ID%.txt"\r\n'
     'if /I "%SE_EVENT_TYPE%"=="Reboot" exit /b 3\r\n'
     "exit /b 0\r\n"
 )
