@@ -24,6 +24,16 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
+def clock_env() -> Dict[str, str]:
+    """The variables that set this process's clock (Debian's faketime: LD_PRELOAD, FAKETIME*, and the
+    PYTHONPATH of tools/any_date.py's sleep fix), for a child started with an otherwise minimal environment,
+    so it keeps the same moved calendar as its parent (empty on a normal run)."""
+    if "FAKETIME" not in os.environ:
+        return {}
+    return {k: v for k, v in os.environ.items()
+            if k.startswith("FAKETIME") or k in ("LD_PRELOAD", "PYTHONPATH")}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
