@@ -3,11 +3,11 @@
 Layout (run-parts style): `<hook_dir>/pre-approve.d/*` and `<hook_dir>/post-event.d/*`, run one after
 another in name order. A hook sees the event in its environment (SE_EVENT_ID, ...), never the
 forwarder's own environment (which may hold a connection string): on Linux a fixed root-owned PATH, on
-Windows the system's own PATH and variables (SystemRoot, ComSpec, ...; `base_environment`). Only regular executable files owned
-by root or the service user and not group- or world-writable are run: anyone who can write a hook can
-decide when this VM reboots. A hook that outlives the timeout is killed with its whole process group.
-Files ending in `.example` are documentation (the install ships commented examples that way) and are
-never run; `install_examples` copies the packaged ones into a hook directory.
+Windows the system's own PATH and variables (SystemRoot, ComSpec, ...; `base_environment`). Only
+regular executable files owned by root or the service user and not group- or world-writable are run:
+anyone who can write a hook can decide when this VM reboots. A hook that outlives the timeout is killed
+with its whole process group. Files ending in `.example` are documentation (the install ships commented
+examples that way) and are never run; `install_examples` copies the packaged ones into a hook directory.
 
 Whatever IMDS sends reaches a hook only as text an environment can hold: a NUL byte, a lone UTF-16
 surrogate or any other unencodable character in an event field is replaced (U+FFFD), so no IMDS
