@@ -12,9 +12,10 @@ forwarder ran for exactly this one GET: 2.9 MiB of RSS and 8 packages on every V
 What it keeps from there: one token per resource is cached and reused until half its life is gone
 (MSAL's and azure-identity's `refresh_in`), then refreshed; a refresh that fails while the cached
 token is still valid for REFRESH_MARGIN returns the cached one (the service would take it); every request
-takes a slot of the VM's one IMDS budget (5 requests/s, `RateLimiter`), is bounded by a timeout and never
-follows a redirect (http.client never does, and never reads proxy settings). `AZURE_POD_IDENTITY_AUTHORITY_HOST`
-(the variable azure-identity and MSAL honour) points it at another IMDS, e.g. the sandbox's.
+takes a slot of the VM's one IMDS budget (5 requests/s, `RateLimiter`), is bounded by a timeout and
+never follows a redirect (http.client never does, and never reads proxy settings).
+`AZURE_POD_IDENTITY_AUTHORITY_HOST` (the variable azure-identity and MSAL honour) points it at another
+IMDS, e.g. the sandbox's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ ATTEMPTS = 5          # as azure-identity's ImdsCredential (retry_total 5)
 TIMEOUT = (3.0, 10.0)  # connect, read (seconds)
 MAX_BODY = 64 * 1024   # a token answer is ~2 KB
 API_VERSION = "2018-02-01"
-TOKEN_PATH = "/metadata/identity/oauth2/token"
+TOKEN_PATH = "/metadata/identity/oauth2/token"  # noqa: S105 - a URL path, not a secret
 DEFAULT_HOST = "http://169.254.169.254"
 AUTHORITY_ENV = "AZURE_POD_IDENTITY_AUTHORITY_HOST"
 REFRESH_MARGIN = 300  # seconds: a cached token closer than this to expiry is never handed out
@@ -110,6 +111,11 @@ class ManagedIdentityCredential:
                 raise
             self._cache[resource] = (token, refresh_at)
             return token
+
+    def forget(self, scope: str) -> None:
+        """Drop the cached token for `scope` (a service refused it): the next get_token asks IMDS."""
+        with self._lock:
+            self._cache.pop(resource_of(scope), None)
 
     def _request(self, resource: str) -> Tuple[AccessToken, float]:
         query = {"api-version": API_VERSION, "resource": resource}

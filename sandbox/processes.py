@@ -150,13 +150,18 @@ PLATFORM_HUB = "scheduled-events-platform"  # the platform feed's own hub (issue
 
 def start_eventhubs(hubs: Sequence[str] = ("scheduled-events=4", f"{PLATFORM_HUB}=2"),
                     log_dir: Optional[Path] = None,
-                    port: Optional[int] = None, args: Sequence[str] = ()) -> Server:
-    """The Event Hubs AMQP server (`python -m sandbox.eventhubs`). `hubs`: NAME=PARTITIONS."""
+                    port: Optional[int] = None, args: Sequence[str] = (), rest: bool = False) -> Server:
+    """The Event Hubs AMQP server (`python -m sandbox.eventhubs`). `hubs`: NAME=PARTITIONS. `rest`: also the
+    REST send endpoint over HTTP (its port in `.ports["rest"]`)."""
     port = port or free_port()
     argv = [sys.executable, "-m", "sandbox.eventhubs", "--port", str(port)]
     for hub in hubs:
         argv += ["--hub", hub]
-    server = start("eventhubs", [*argv, *args], {"amqp": port}, log_dir=log_dir)
+    ports = {"amqp": port}
+    if rest:
+        ports["rest"] = free_port()
+        argv += ["--http-port", str(ports["rest"])]
+    server = start("eventhubs", [*argv, *args], ports, log_dir=log_dir)
     server.extra["connection_string_template"] = eventhubs_connection_string(port, "{hub}")
     return server
 

@@ -29,8 +29,10 @@ def _stdout(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
 
 
 def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
-    """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub. `credential`:
-    a callable returning the managed identity credential (made only when no connection string)."""
+    """docs/eventhub-sink.md. With the managed identity (production): the REST sink, http.client only;
+    with a connection string (emulator, sandbox AMQP server): the azure-eventhub SDK, imported only then.
+    `credential`: a callable returning the managed identity credential (made only when no connection
+    string)."""
     from ..imds import managed_identity_credential
     from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink
 
@@ -50,6 +52,10 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         from ..attestation import for_sink
 
         authenticator = for_sink(config, limiter)
+    if token_credential is not None:  # managed identity: the REST send API (docs/forwarder.md, "Footprint")
+        from .eventhub_rest import EventHubRestSink
+
+        return EventHubRestSink(settings, token_credential, authenticator=authenticator)
     return EventHubSink(settings, credential=token_credential, authenticator=authenticator)
 
 

@@ -67,7 +67,7 @@ def test_a_refusal_that_is_not_transient_is_not_retried_and_says_what_to_do(
         imds_server: processes.Server) -> None:
     admin(imds_server, "POST", "faults", {"kind": "status", "path": "token", "status": 400, "count": 5})
     credential = ManagedIdentityCredential("", RateLimiter(), authority=imds_url(imds_server))
-    with pytest.raises(TokenUnavailable, match="HTTP 400.*client_id"):
+    with pytest.raises(TokenUnavailable, match=r"HTTP 400.*client_id"):
         credential.get_token(EH)
     assert len(token_calls(imds_server)) == 1
 
