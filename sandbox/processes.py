@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -113,9 +113,11 @@ def azurite_connection_string(blob: int, queue: int, table: int) -> str:
 
 
 def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = None,
-                  ports: Optional[Dict[str, int]] = None) -> Server:
+                  ports: Optional[Dict[str, int]] = None, oauth_tls: Optional[Tuple[Path, Path]] = None) -> Server:
     """Azurite from node_modules (npm ci), in memory unless `location` is given. `ports` (blob, queue,
-    table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point."""
+    table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point.
+    `oauth_tls` (certificate, key): HTTPS with `--oauth basic`, Azurite's check of Bearer tokens (shape,
+    audience, issuer, lifetime; not the signature), which it accepts over HTTPS only."""
     binary = REPO / "node_modules" / ".bin" / "azurite"
     if not binary.exists():
         raise RuntimeError("Azurite is not installed: run `npm ci` (make does it for you)")
@@ -125,6 +127,8 @@ def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = Non
                        "--blobPort", str(ports["blob"]), "--queuePort", str(ports["queue"]),
                        "--tablePort", str(ports["table"])]
     argv += ["--location", str(location)] if location else ["--inMemoryPersistence"]
+    if oauth_tls is not None:
+        argv += ["--oauth", "basic", "--cert", str(oauth_tls[0]), "--key", str(oauth_tls[1])]
     server = start("azurite", argv, ports, log_dir=log_dir)
     if location is None:
         # In memory, Azurite waits for idle keep-alive clients (e.g. a checkpoint store's pool) before
