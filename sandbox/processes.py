@@ -113,7 +113,8 @@ def azurite_connection_string(blob: int, queue: int, table: int) -> str:
 
 
 def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = None,
-                  ports: Optional[Dict[str, int]] = None, oauth_tls: Optional[Tuple[Path, Path]] = None) -> Server:
+                  ports: Optional[Dict[str, int]] = None,
+                  oauth_tls: Optional[Tuple[Path, Path]] = None) -> Server:
     """Azurite from node_modules (npm ci), in memory unless `location` is given. `ports` (blob, queue,
     table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point.
     `oauth_tls` (certificate, key): HTTPS with `--oauth basic`, Azurite's check of Bearer tokens (shape,

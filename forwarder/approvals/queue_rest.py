@@ -23,7 +23,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
-import xml.etree.ElementTree as ElementTree  # noqa: S405 - parses only the Storage account's own answers
+import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from typing import Any, List, Optional
 from urllib.parse import quote, urlencode, urlsplit
@@ -123,7 +123,7 @@ class QueueRestClient:
     def _call(self, method: str, path: str, query: dict, body: Optional[bytes], ok: int) -> Answer:
         try:
             token = self.credential.get_token(SCOPE).token
-        except Exception as exc:  # noqa: BLE001 - TokenUnavailable and anything under it
+        except Exception as exc:
             raise QueueError(f"no token for the queue: {type(exc).__name__}: {str(exc)[:300]}") from exc
         headers = {"Authorization": f"Bearer {token}", "x-ms-version": API_VERSION}
         if body is not None:
