@@ -7,6 +7,7 @@ returns the VM's managed-identity credential, for sinks that need tokens).
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Callable, Dict
 
 from .base import Sink, SinkError
@@ -43,6 +44,10 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         settings.check()
     except EventHubConfigError as exc:
         raise SinkUnavailable(str(exc)) from exc
+    if settings.connection_string and importlib.util.find_spec("azure.eventhub") is None:
+        raise SinkUnavailable("eventhub_connection_string (the emulator, the sandbox's AMQP server) needs the "
+                              "azure-eventhub SDK, which the VM install does not carry; on a VM set "
+                              "eventhub_namespace (managed identity, the REST API)")
     token_credential = None
     if not settings.connection_string:
         token_credential = (credential() if credential is not None
