@@ -44,8 +44,8 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         settings.check()
     except EventHubConfigError as exc:
         raise SinkUnavailable(str(exc)) from exc
-    if settings.connection_string and importlib.util.find_spec("azure.eventhub") is None:
-        raise SinkUnavailable("eventhub_connection_string (the emulator, the sandbox's AMQP server) needs the "
+    if settings.connection_string and not _installed("azure.eventhub"):
+        raise SinkUnavailable("eventhub_connection_string (the emulator, the sandbox AMQP server) needs the "
                               "azure-eventhub SDK, which the VM install does not carry; on a VM set "
                               "eventhub_namespace (managed identity, the REST API)")
     token_credential = None
@@ -62,6 +62,13 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
 
         return EventHubRestSink(settings, token_credential, authenticator=authenticator)
     return EventHubSink(settings, credential=token_credential, authenticator=authenticator)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package (azure) is not installed either
+        return False
 
 
 FACTORIES: Dict[str, Callable[..., Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}
