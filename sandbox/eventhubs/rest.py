@@ -70,8 +70,10 @@ def messages_of(content_type: str, body: bytes, headers: Dict[str, str]) -> List
             raise HttpError(400, "BadRequest", 'a batch is a JSON array of {"Body": "..."} objects')
         out = []
         for item in items:
-            props = item.get("UserProperties") or {}
-            broker = item.get("BrokerProperties") or {}
+            props = item.get("UserProperties")
+            broker = item.get("BrokerProperties")
+            props = {} if props is None else props
+            broker = {} if broker is None else broker
             if not isinstance(props, dict) or not isinstance(broker, dict):
                 raise HttpError(400, "BadRequest", "UserProperties and BrokerProperties are JSON objects")
             out.append((item["Body"].encode("utf-8"), props, broker.get("PartitionKey")))
