@@ -125,3 +125,30 @@ def test_parse_messages_reads_the_documented_answer() -> None:
     assert (message.id, message.pop_receipt, message.dequeue_count) == ("id-1", "r1", 3)
     assert message.content == '{"a": <1>}'
     assert parse_messages("<QueueMessagesList />") == []
+
+
+def test_the_reader_waits_out_a_throttled_queue() -> None:
+    """429/503 from the queue (Retry-After: 7): the reader's next read is no sooner, and never later than
+    its slow interval; without Retry-After it backs off as before (under a second at first)."""
+    from forwarder.approvals.reader import ApprovalReader
+    from forwarder.approvals.settings import ReaderSettings
+
+    class Throttled:
+        queue_name = "vm-throttled"
+
+        def __init__(self, after: Any) -> None:
+            self.after = after
+
+        def receive_messages(self, **_: Any) -> List[Any]:
+            raise queue_mod.QueueError("queue vm-throttled: HTTP 503 ServerBusy", 503, "ServerBusy",
+                                       self.after)
+
+    waits: List[float] = []
+    for after in (7.0, 600.0, None):
+        reader = ApprovalReader(Throttled(after), approver=None, ledger=None,  # type: ignore[arg-type]
+                                publish=lambda result: None, settings=ReaderSettings())
+        reader._scheduled = True  # an event naming this VM is Scheduled: the queue is read
+        reader._sleep = waits.append  # type: ignore[method-assign]
+        reader.step()
+        assert reader.stats["errors"] == 1 and "ServerBusy" in str(reader.last_error)
+    assert waits[0] >= 7.0 and waits[1] == ReaderSettings().slow_interval and waits[2] <= 1.0
