@@ -99,7 +99,8 @@ def windows_bundle() -> Path:
     with wine.locked("bundle"):
         if not bundle.exists():
             shutil.rmtree(out, ignore_errors=True)
-            wheelhouse.build(out, ["windows"], [], wine.interpreter())
+            # with the [sdk] extra: this forwarder reaches the sandbox hub and Azurite by connection strings
+            wheelhouse.build(out, ["windows"], [], wine.interpreter(), with_sdk=True)
     return bundle
 
 
