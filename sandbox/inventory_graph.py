@@ -1,6 +1,6 @@
 """Azure Resource Graph's stand-in for `se-fleet coverage` (issue 48): the fleet's VMs, scale sets and their
 instances, availability sets, the forwarder's extensions and central's role assignments, as the coverage
-queries (central/cli/coverage.py) project them, from a "world" a test or the demo writes.
+queries (central/policy/coverage.py) project them, from a "world" a test or the demo writes.
 
   POST /providers/Microsoft.ResourceGraph/resources?api-version=2022-10-01
        {subscriptions? | managementGroups?, query, options: {$top, $skipToken, resultFormat}}
@@ -83,7 +83,7 @@ class World:
             rows = self.rows(str(request.get("query", "")))
             if rows is None:
                 return _error(400, "BadRequest", "the stand-in answers only the coverage queries "
-                                                 "(central/cli/coverage.py)")
+                                                 "(central/policy/coverage.py)")
             known = self.known_subscriptions()
             asked = [str(s).lower() for s in request.get("subscriptions") or []]
             for group in request.get("managementGroups") or []:
