@@ -6,7 +6,7 @@ queries (central/policy/coverage.py) project them, from a "world" a test or the 
        {subscriptions? | managementGroups?, query, options: {$top, $skipToken, resultFormat}}
        -> 200 {totalRecords, count, resultTruncated, $skipToken?, data: [rows], facets: []}
   POST /admin/world {resources, computeresources, authorizationresources, managementGroups}: replace it
-  GET  /admin/calls: the requests answered so far
+  GET  /admin/calls: the requests answered so far (each with its caller's User-Agent, `userAgent`)
 
 It is not a KQL engine: it recognizes the coverage queries by their table (`resources ... | union
 (computeresources ...`, `authorizationresources`) and applies what they filter on (subscriptions or
@@ -77,9 +77,9 @@ class World:
             return None
         return sorted(rows, key=lambda r: str(r.get("id", "")).lower())
 
-    def answer(self, request: Mapping[str, Any]) -> Tuple[int, Dict[str, Any]]:
+    def answer(self, request: Mapping[str, Any], user_agent: str = "") -> Tuple[int, Dict[str, Any]]:
         with self.lock:
-            self.calls.append(dict(request))
+            self.calls.append({**request, "userAgent": user_agent})
             rows = self.rows(str(request.get("query", "")))
             if rows is None:
                 return _error(400, "BadRequest", "the stand-in answers only the coverage queries "
@@ -163,7 +163,8 @@ def handler(world: World) -> type:
                 self._send(*_error(400, "InvalidApiVersionParameter",
                                    f"api-version {version!r}: one of {', '.join(VERSIONS)}"))
                 return
-            self._send(*world.answer(body if isinstance(body, dict) else {}))
+            agent = self.headers.get("User-Agent") or ""
+            self._send(*world.answer(body if isinstance(body, dict) else {}, agent))
 
     return Handler
 

@@ -33,6 +33,7 @@ PAGE_ROWS = 1000  # Resource Graph's largest page
 MAX_ROWS = 50_000  # inventory rows (VMs, their sets and extensions) read in all; more is an error
 RETRY_SECONDS = 60.0
 TIMEOUT = 15.0
+USER_AGENT = "se-central-coverage"  # central's reads, told apart from operators' in the logs
 GROUPS = "/providers/Microsoft.Management/managementGroups"
 
 
@@ -122,8 +123,9 @@ class CoverageReader:
     def _post(self, body: Dict[str, Any], token: str) -> Dict[str, Any]:
         try:
             response = self.session.post(f"{self.endpoint}{PATH}", params={"api-version": API_VERSION},
-                                         json=body, headers={"Authorization": f"Bearer {token}"},
-                                         timeout=TIMEOUT)
+                                         json=body, timeout=TIMEOUT,
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "User-Agent": USER_AGENT})
         except requests.RequestException as exc:
             raise CoverageError(f"cannot reach Resource Graph at {self.endpoint}: "
                                 f"{type(exc).__name__}: {str(exc)[:200]}") from None
