@@ -109,8 +109,7 @@ def run(args: argparse.Namespace, out: TextIO, fetch: Callable[[str, str], Dict[
         return _fail(f"central answered {exc.code} {exc.reason}{hint}", EXIT_UNREACHABLE)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return _fail(f"central at {args.url} is not reachable: {exc}", EXIT_UNREACHABLE)
-    scopes = [str(r.get("scope", "")) for r in roles]
-    covered = coverage.cover(coverage.machines(rows, args.tag), fleet, scopes)
+    covered = coverage.cover(coverage.machines(rows, args.tag), fleet, coverage.role_scopes(roles))
     if args.json:
         json.dump(coverage.report(covered), out, indent=2)
         print(file=out)

@@ -228,11 +228,15 @@ def parse_scopes(text: str) -> Tuple[List[str], List[str]]:
     return list(dict.fromkeys(subscriptions)), list(dict.fromkeys(groups))
 
 
-def fleet_counts(rows: Sequence[Mapping[str, Any]], role_rows: Sequence[Mapping[str, Any]],
-                 fleet: Mapping[str, Any], tag: str = "se-forwarder",
+def role_scopes(role_rows: Iterable[Mapping[str, Any]]) -> List[str]:
+    """Where central's role is, from role_query's rows."""
+    return [str(r.get("scope", "")) for r in role_rows]
+
+
+def fleet_counts(found: Sequence[Machine], scopes: Sequence[str], fleet: Mapping[str, Any],
                  blind_listed: int = 50) -> Dict[str, Any]:
-    """Central's fleet view's coverage: the counts `se-fleet coverage --json` prints for the same rows and
-    fleet, and the first `blind_listed` blind VMs' ids."""
-    covered = cover(machines(rows, tag), fleet, [str(r.get("scope", "")) for r in role_rows])
+    """Central's fleet view's coverage: the counts `se-fleet coverage --json` prints for the same VMs
+    (machines()) and fleet, and the first `blind_listed` blind VMs' ids."""
+    covered = cover(found, fleet, scopes)
     blind = sorted(c.machine.id for c in covered if c.verdict == BLIND)
     return {**counts(covered), "blind": blind[:blind_listed]}

@@ -30,7 +30,7 @@ from .settings import CentralSettings, arm_credential
 API_VERSION = "2022-10-01"  # Microsoft.ResourceGraph resources, GA (the stand-in serves it)
 PATH = "/providers/Microsoft.ResourceGraph/resources"
 PAGE_ROWS = 1000  # Resource Graph's largest page
-MAX_ROWS = 50_000  # inventory rows (VMs, their sets and extensions) read in all; more is an error
+MAX_ROWS = 100_000  # inventory rows (VMs, their sets and extensions) read in all; more is an error
 RETRY_SECONDS = 60.0
 TIMEOUT = 15.0
 USER_AGENT = "se-central-coverage"  # central's reads, told apart from operators' in the logs
@@ -43,9 +43,9 @@ class CoverageError(Exception):
 
 @dataclass
 class Inventory:
-    """The last read: Resource Graph's rows, or why there are none."""
-    rows: List[Dict[str, Any]] = field(default_factory=list)
-    roles: List[Dict[str, Any]] = field(default_factory=list)
+    """The last read: Resource Graph's rows as VMs (parsed once per read, not per view), or why none."""
+    machines: List[coverage.Machine] = field(default_factory=list)
+    role_scopes: List[str] = field(default_factory=list)
     read_at: Optional[datetime] = None  # the last good read
     error: str = ""  # the last read's failure ("" when it succeeded)
 
@@ -53,7 +53,7 @@ class Inventory:
 class CoverageReader:
     def __init__(self, credential: Callable[[], Any], endpoint: str, subscriptions: Sequence[str],
                  management_groups: Sequence[str], principal_id: str, refresh: float,
-                 session: Optional[requests.Session] = None,
+                 tag: str = "se-forwarder", session: Optional[requests.Session] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._credential_factory = credential  # built on first read: no identity call at start-up
         self._credential: Any = None
@@ -61,6 +61,7 @@ class CoverageReader:
         self.subscriptions, self.management_groups = list(subscriptions), list(management_groups)
         self.principal_id = principal_id
         self.refresh = refresh
+        self.tag = tag
         self.session = session or requests.Session()
         self.clock = clock
         self._lock = threading.Lock()
@@ -78,11 +79,12 @@ class CoverageReader:
                     rows = self._read(coverage.inventory_query(), MAX_ROWS)
                     roles = self._read(coverage.role_query(self.principal_id), MAX_ROWS) \
                         if self.principal_id else []
-                    self.inventory = Inventory(rows, roles, now)
+                    found = coverage.machines(rows, self.tag)
+                    self.inventory = Inventory(found, coverage.role_scopes(roles), now)
                     self._next = self.clock() + self.refresh
                 except CoverageError as exc:
                     old = self.inventory
-                    self.inventory = Inventory(old.rows, old.roles, old.read_at, str(exc))
+                    self.inventory = Inventory(old.machines, old.role_scopes, old.read_at, str(exc))
                     self._next = self.clock() + min(self.refresh, RETRY_SECONDS)
             return self.inventory
 
@@ -151,11 +153,10 @@ def coverage_reader(typed: CentralSettings, settings: Mapping[str, str]) -> Opti
     session = requests.Session()
     session.trust_env = not typed.arm_endpoint.startswith("http://")  # a loopback stand-in: no proxy
     return CoverageReader(lambda: arm_credential(settings), typed.arm_endpoint, subscriptions, groups,
-                          typed.coverage_principal_id, typed.coverage_refresh, session=session)
+                          typed.coverage_principal_id, typed.coverage_refresh, typed.coverage_tag, session)
 
 
-def section(reader: Optional[CoverageReader], fleet: Dict[str, Any], now: datetime,
-            tag: str) -> Dict[str, Any]:
+def section(reader: Optional[CoverageReader], fleet: Dict[str, Any], now: datetime) -> Dict[str, Any]:
     """The fleet view's "coverage": counts by verdict, subscription and resource group (as `se-fleet
     coverage --json`), or why there are none."""
     if reader is None:
@@ -173,5 +174,5 @@ def section(reader: Optional[CoverageReader], fleet: Dict[str, Any], now: dateti
         "agentlessRead": bool(reader.principal_id),
     }
     if inventory.read_at is not None:  # counts of the last good read, even beside a newer failure
-        out.update(coverage.fleet_counts(inventory.rows, inventory.roles, fleet, tag))
+        out.update(coverage.fleet_counts(inventory.machines, inventory.role_scopes, fleet))
     return out

@@ -269,7 +269,7 @@ class CentralService:
             out = views.fleet(self.state, self.policy, self.settings, aware(now))
             out["heldForTrust"] = self.held_for_trust(now)
         # Resource Graph (cached) outside the lock: a slow read never holds up ingest
-        out["coverage"] = coverage_section(self.coverage, out, aware(now), self.settings.coverage_tag)
+        out["coverage"] = coverage_section(self.coverage, out, aware(now))
         return out
 
     def health(self, now: Optional[datetime] = None) -> Dict[str, Any]:

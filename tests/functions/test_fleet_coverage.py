@@ -103,7 +103,7 @@ def test_one_read_per_refresh_whoever_asks(env: Dict[str, Any]) -> None:
     before = len(admin(env, "calls"))
     first = one.get(now)
     asked = len(admin(env, "calls")) - before
-    assert asked == 4 and first.error == "" and len(first.rows) > 2000  # 3 inventory pages + the roles
+    assert asked == 4 and first.error == "" and len(first.machines) > 2000  # 3 inventory pages + the roles
     clock[0] += 299
     assert one.get(now) is first and len(admin(env, "calls")) - before == asked
     clock[0] += 2
@@ -115,19 +115,19 @@ def test_a_failed_read_is_an_error_in_the_view_never_an_exception(env: Dict[str,
     admin(env, "world", world())
     clock = [0.0]
     closed = reader(env, clock, f"http://127.0.0.1:{processes.free_port()}")
-    section = coverage_read.section(closed, {"vms": []}, datetime.now(timezone.utc), "se-forwarder")
+    section = coverage_read.section(closed, {"vms": []}, datetime.now(timezone.utc))
     assert section["configured"] and section["readAt"] is None and "vms" not in section
     assert section["error"].startswith("cannot reach Resource Graph at http://127.0.0.1:")
     refused = reader(env, clock, groups=("mg-unknown",))
-    section = coverage_read.section(refused, {"vms": []}, datetime.now(timezone.utc), "se-forwarder")
+    section = coverage_read.section(refused, {"vms": []}, datetime.now(timezone.utc))
     assert "403 AuthorizationFailed" in section["error"] and "needs Reader" in section["error"]
     # a good read, then a failing one: the last counts stay, beside the error; retried within a minute
     good = reader(env, clock)
-    first = coverage_read.section(good, {"vms": []}, datetime.now(timezone.utc), "se-forwarder")
+    first = coverage_read.section(good, {"vms": []}, datetime.now(timezone.utc))
     assert first["error"] is None
     good.endpoint = f"http://127.0.0.1:{processes.free_port()}"
     clock[0] += 301
-    section = coverage_read.section(good, {"vms": []}, datetime.now(timezone.utc), "se-forwarder")
+    section = coverage_read.section(good, {"vms": []}, datetime.now(timezone.utc))
     assert section["error"].startswith("cannot reach") and section["vms"] > 2000
     clock[0] += coverage_read.RETRY_SECONDS
     good.get(datetime.now(timezone.utc))
