@@ -79,8 +79,7 @@ class CoverageReader:
                     rows = self._read(coverage.inventory_query(), MAX_ROWS)
                     roles = self._read(coverage.role_query(self.principal_id), MAX_ROWS) \
                         if self.principal_id else []
-                    found = coverage.machines(rows, self.tag)
-                    self.inventory = Inventory(found, coverage.role_scopes(roles), now)
+                    self.inventory = Inventory(_parsed(rows, self.tag), coverage.role_scopes(roles), now)
                     self._next = self.clock() + self.refresh
                 except CoverageError as exc:
                     old = self.inventory
@@ -143,6 +142,14 @@ class CoverageReader:
                    "\"Cover a whole subscription\")" if response.status_code in (401, 403) else ""
             raise CoverageError(f"Resource Graph answered {response.status_code} {code} {message}{hint}")
         return doc
+
+
+def _parsed(rows: List[Dict[str, Any]], tag: str) -> List[coverage.Machine]:
+    try:
+        return coverage.machines(rows, tag)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a row not in the queries' shape
+        raise CoverageError(f"Resource Graph's rows are not in the inventory query's shape: "
+                            f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def coverage_reader(typed: CentralSettings, settings: Mapping[str, str]) -> Optional[CoverageReader]:

@@ -132,6 +132,13 @@ def test_a_failed_read_is_an_error_in_the_view_never_an_exception(env: Dict[str,
     clock[0] += coverage_read.RETRY_SECONDS
     good.get(datetime.now(timezone.utc))
     assert good.reads == 3
+    # a row not in the queries' shape (no id) is an error too, not an exception
+    broken = world()
+    broken["resources"].append({"type": "microsoft.compute/virtualmachines", "subscriptionId": SUB})
+    admin(env, "world", broken)
+    section = coverage_read.section(reader(env, clock), {"vms": []}, datetime.now(timezone.utc))
+    assert section["error"].startswith("Resource Graph's rows are not in the inventory query's shape: "
+                                       "KeyError")
 
 
 def test_without_scopes_the_view_says_coverage_is_not_configured(env: Dict[str, Any]) -> None:
