@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml o
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	# the console's @azure/msal-browser into central/console/vendor/ (it ships with the Function app)
+	$(PYTHON) -m tools.console_vendor
 	touch $@
 
 bootstrap: $(STAMP) $(NODE_STAMP)

@@ -569,6 +569,8 @@ module auth 'app/auth.bicep' = {
     excludedPaths: [
       '/api/health'
       '/api/automation/*'
+      '/api/console'
+      '/api/console/*'
     ]
   }
 }
@@ -608,6 +610,8 @@ output SE_ENVIRONMENT_NAME string = environmentName
 output AZURE_LOCATION string = location
 output AZURE_RESOURCE_GROUP string = rg.name
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.functionAppName
+// The on-call console (postprovision adds it to the operator API's SPA redirect URIs; docs/console.md)
+output SE_CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}/api/console/'
 output EVENTHUB_NAMESPACE string = eventHubs.outputs.fullyQualifiedNamespace
 output EVENTHUB_NAME string = eventHubs.outputs.hubName
 output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGroupName

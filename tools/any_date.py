@@ -31,14 +31,22 @@ REPO = Path(__file__).resolve().parent.parent
 SUITES = ("tests/central", "tests/forwarder", "tests/forwarder_approvals", "tests/schemas", "tests/security",
           "tests/test_repository.py")
 SHIFTS = ("+400d", "-30d")
+# Left out, with the reason: not about dates, and flaky under libfaketime's per-call overhead.
+DESELECTED = {
+    # the client's limiter stamps a request when it is sent, the simulator when it arrives: a first request
+    # slowed by > 50 ms (the 1.05 s window's slack) lets the sixth arrive inside IMDS's 1 s window (2 of 3
+    # runs under faketime fail so, 0 of 3 without it on the same loaded machine)
+    "tests/forwarder/test_imds_client.py::test_the_shared_limiter_keeps_a_burst_under_the_imds_limit",
+}
 TIMEOUT_PER_TEST = 300
 NO_TESTS = 5  # pytest's exit code when nothing was collected
 
 
 def command(shift: str, suites: Sequence[str], workers: int) -> List[str]:
     spread = ["-n", str(workers), "--dist", "loadfile"] if workers else ["-p", "no:xdist"]
+    skip = [f"--deselect={test}" for test in sorted(DESELECTED)]
     return ["faketime", "-f", shift, sys.executable, "-m", "pytest", *suites, "-m", "not slow", "-q",
-            "-p", "no:cacheprovider", *spread, f"--timeout={TIMEOUT_PER_TEST}"]
+            "-p", "no:cacheprovider", *spread, f"--timeout={TIMEOUT_PER_TEST}", *skip]
 
 
 def run(shifts: Sequence[str], suites: Sequence[str], log_dir: Path,

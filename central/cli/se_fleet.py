@@ -12,7 +12,7 @@ azure-identity (az login, environment, managed identity...); --token (default $S
 token got elsewhere, e.g. `az account get-access-token --resource api://<client id> --query accessToken
 -o tsv`. --url defaults to $SE_CENTRAL_URL. Exit codes: 0 every VM live (reverify: nothing left held), 1 some
 VM silent (reverify: envelopes still held for trust), 3 bad usage, 4 central unreachable or refusing, 5 no
-token (sign in).
+token (sign in). pending, show, approve, hold, release: se_fleet_events.py (6 no such event, 7 refused).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, TextIO
 
-from central.cli import coverage_command
+from central.cli import coverage_command, se_fleet_events
 from central.cli.closed_pipe import survives_closed_pipe
 from central.policy import coverage
 
@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
     again = sub.add_parser("reverify", help="re-verify the envelopes kept for a trust failure now (Operator)")
-    for one in (status, again):
+    for one in (status, again, *se_fleet_events.register(sub)):
         one.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
                          help="the Function app's URL (default $SE_CENTRAL_URL)")
         one.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
@@ -175,6 +175,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         if not args.url or not (args.api or args.token):
             raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
         token = args.token or operator_token(args.api)
+        if args.command in se_fleet_events.COMMANDS:  # pending, show, approve, hold, release
+            return se_fleet_events.run(args, token, out, sys.stderr)
         if args.command == "reverify":
             answer = fetch(args.url, token, 120.0, "authn/reverify", "POST")
             print(json.dumps(answer, indent=2) if args.json else render_reverify(answer), file=out)

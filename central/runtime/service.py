@@ -129,6 +129,7 @@ class CentralService:
         alerter = WebhookAlerter(
             url=typed.webhook_url,
             fmt=typed.webhook_format,
+            public_url=typed.public_url,
             max_attempts=typed.alert_attempts,
             backoff=typed.alert_backoff,
             timeout=typed.alert_timeout,

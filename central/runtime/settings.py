@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from azure.core.pipeline.transport import RequestsTransport
 
@@ -71,6 +72,7 @@ class CentralSettings:
     policy_json: str = ""
     shadow_json: str = ""  # POLICY_SHADOW_JSON: a candidate policy whose verdicts are recorded, never sent
     webhook_url: str = ""
+    public_url: str = ""  # APP_PUBLIC_URL (https://<app host>): alerts link to the console's event page
     webhook_format: str = "generic"
     status_alert_floor: str = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY
     table_prefix: str = ""
@@ -110,6 +112,7 @@ class CentralSettings:
             policy_json=s.get("POLICY_JSON") or "",
             shadow_json=s.get("POLICY_SHADOW_JSON") or "",
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
+            public_url=_public_url(s),
             webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
             status_alert_floor=_status_alert_floor(s),
             table_prefix=prefix,
@@ -248,3 +251,14 @@ def storage_clients(
         TableServiceClient(endpoint=table_uri, credential=credential, **extra),
         QueueServiceClient(account_url=queue_uri, credential=credential, **queue_extra),
     )
+
+
+def _public_url(s: Mapping[str, str]) -> str:
+    """APP_PUBLIC_URL: the app's https base URL (http only on loopback, for the sandbox), or empty."""
+    url = (s.get("APP_PUBLIC_URL") or "").strip().rstrip("/")
+    parts = urlsplit(url)
+    loopback = parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
+    bad = not parts.netloc or not (parts.scheme == "https" or loopback) or parts.query or parts.fragment
+    if url and bad:
+        raise SettingsError(f"APP_PUBLIC_URL must be the app's base URL, https://<host> (got {url!r})")
+    return url

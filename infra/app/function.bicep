@@ -200,6 +200,8 @@ var appSettingValues = {
   OPERATOR_API_ISSUERS: 'https://sts.windows.net/${tenant().tenantId}/,${loginEndpoint}${tenant().tenantId}/v2.0'
   OPERATOR_API_JWKS_URL: '${loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
   OPERATOR_KEY_SHA256: operatorKeySha256
+  OPERATOR_CONSOLE_AUTHORITY: '${loginEndpoint}${tenant().tenantId}'
+  APP_PUBLIC_URL: 'https://${site.properties.defaultHostName}'
   AUTHN_AIA_HOSTS: ''
 }
 

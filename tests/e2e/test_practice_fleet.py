@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -61,6 +62,10 @@ def test_make_sandbox_drives_hold_release_approve_through_its_printed_commands(t
         assert (root / ".sandbox" / "sandbox.env").exists()
         children = descendants(proc.pid)
         env, cmds = _practice_commands(banner)
+        console = re.search(r"^console: (http://127\.0\.0\.1:\d+/api/console/) ", banner, re.M)
+        assert console and console.group(1) == env["SE_CENTRAL_URL"] + "/api/console/", banner
+        page = subprocess.run(["curl", "-sf", console.group(1)], capture_output=True, text=True, timeout=30)
+        assert page.returncode == 0 and "msal-browser.min.js" in page.stdout  # the console's page
         assert set(env) == {"SE_CENTRAL_URL", "SE_OPERATOR_TOKEN", "SE_FUNCTION_KEY", "IMDS_ADMIN"}
         assert {"add-event", "add-db-event", "pending", "event", "hold", "release", "approve", "imds",
                 "fleet"} <= set(cmds)
