@@ -266,6 +266,12 @@ param platformSystemTopicResourceGroup string = ''
 @description('Platform feed: comma-separated ARM id prefixes (/subscriptions/<id>[/resourceGroups/<rg>]) of the VMs opted in (install-on-vms.sh --platform-feed): their events the platform has not emitted in time count toward no budget (PLATFORM_CONFIRM_SCOPES). Ignored while the feed is off.')
 param platformConfirmScopes string = ''
 
+@description('Coverage in central\'s fleet view (issue 48): comma-separated ARM ids, /subscriptions/<id> or /providers/Microsoft.Management/managementGroups/<id>, whose VMs central reads from Azure Resource Graph (COVERAGE_SCOPES). This deployment\'s subscription, when listed, gets Reader for central\'s identity (app/coverage-reader.bicep); any other scope needs Reader assigned by its owner (docs/deploy.md, "Cover a whole subscription"). Empty: off.')
+param coverageScopes string = ''
+
+@description('The tag whose value off leaves a VM alone (infra/coverage/\'s exclusionTagName): such VMs count as excluded, not blind.')
+param coverageTag string = 'se-forwarder'
+
 @description('Set by the deployment: the webhook secret expires one year after it.')
 param deploymentTime string = utcNow()
 
@@ -518,6 +524,9 @@ module functionApp 'app/function.bicep' = {
     alertTimeoutSeconds: alertTimeoutSeconds
     authnMode: authnMode
     platformConfirmScopes: platformFeedEnabled ? platformConfirmScopes : ''
+    coverageScopes: coverageScopes
+    coveragePrincipalId: identities.outputs.functionIdentityPrincipalId
+    coverageTag: coverageTag
     authnTrustPem: authnTrustPem
     authnHeldDays: authnHeldDays
     authnMetadataDomains: authnMetadataDomains
@@ -525,6 +534,14 @@ module functionApp 'app/function.bicep' = {
     operatorApiClientId: operatorApiClientId
     maximumInstanceCount: functionMaximumInstanceCount
     instanceMemoryMB: functionInstanceMemoryMB
+  }
+}
+
+// Coverage (issue 48): Reader on this subscription for central's identity, only when coverageScopes lists it.
+module coverageReader 'app/coverage-reader.bicep' = if (contains(split(toLower(replace(coverageScopes, ' ', '')), ','), toLower(subscription().id))) {
+  name: 'coverage-reader-${resourceToken}'
+  params: {
+    functionPrincipalId: identities.outputs.functionIdentityPrincipalId
   }
 }
 

@@ -34,3 +34,5 @@ param platformFeedEnabled = toLower(readEnvironmentVariable('SE_PLATFORM_FEED', 
 param platformSystemTopicName = readEnvironmentVariable('SE_PLATFORM_SYSTEM_TOPIC', '')
 param platformSystemTopicResourceGroup = readEnvironmentVariable('SE_PLATFORM_SYSTEM_TOPIC_RG', '')
 param platformConfirmScopes = readEnvironmentVariable('SE_PLATFORM_CONFIRM_SCOPES', '')
+param coverageScopes = readEnvironmentVariable('SE_COVERAGE_SCOPES', '')
+param coverageTag = readEnvironmentVariable('SE_COVERAGE_TAG', 'se-forwarder')

@@ -1,12 +1,12 @@
 """Azure Resource Graph's stand-in for `se-fleet coverage` (issue 48): the fleet's VMs, scale sets and their
 instances, availability sets, the forwarder's extensions and central's role assignments, as the coverage
-queries (central/cli/coverage.py) project them, from a "world" a test or the demo writes.
+queries (central/policy/coverage.py) project them, from a "world" a test or the demo writes.
 
   POST /providers/Microsoft.ResourceGraph/resources?api-version=2022-10-01
        {subscriptions? | managementGroups?, query, options: {$top, $skipToken, resultFormat}}
        -> 200 {totalRecords, count, resultTruncated, $skipToken?, data: [rows], facets: []}
   POST /admin/world {resources, computeresources, authorizationresources, managementGroups}: replace it
-  GET  /admin/calls: the requests answered so far
+  GET  /admin/calls: the requests answered so far (each with its caller's User-Agent, `userAgent`)
 
 It is not a KQL engine: it recognizes the coverage queries by their table (`resources ... | union
 (computeresources ...`, `authorizationresources`) and applies what they filter on (subscriptions or
@@ -77,13 +77,13 @@ class World:
             return None
         return sorted(rows, key=lambda r: str(r.get("id", "")).lower())
 
-    def answer(self, request: Mapping[str, Any]) -> Tuple[int, Dict[str, Any]]:
+    def answer(self, request: Mapping[str, Any], user_agent: str = "") -> Tuple[int, Dict[str, Any]]:
         with self.lock:
-            self.calls.append(dict(request))
+            self.calls.append({**request, "userAgent": user_agent})
             rows = self.rows(str(request.get("query", "")))
             if rows is None:
                 return _error(400, "BadRequest", "the stand-in answers only the coverage queries "
-                                                 "(central/cli/coverage.py)")
+                                                 "(central/policy/coverage.py)")
             known = self.known_subscriptions()
             asked = [str(s).lower() for s in request.get("subscriptions") or []]
             for group in request.get("managementGroups") or []:
@@ -163,7 +163,8 @@ def handler(world: World) -> type:
                 self._send(*_error(400, "InvalidApiVersionParameter",
                                    f"api-version {version!r}: one of {', '.join(VERSIONS)}"))
                 return
-            self._send(*world.answer(body if isinstance(body, dict) else {}))
+            agent = self.headers.get("User-Agent") or ""
+            self._send(*world.answer(body if isinstance(body, dict) else {}, agent))
 
     return Handler
 

@@ -1,5 +1,5 @@
 """`se-fleet coverage`: every VM of a subscription, resource group or management group, from Azure Resource
-Graph, joined with central's fleet (GET /api/fleet), one verdict each (central/cli/coverage.py).
+Graph, joined with central's fleet (GET /api/fleet), one verdict each (central/policy/coverage.py).
 
     se-fleet coverage (--subscription ID [--resource-group RG] | --management-group ID)
                       [--url URL] [--api api://<client id>] [--token TOKEN]
@@ -22,7 +22,8 @@ import sys
 import urllib.error
 from typing import Any, Callable, Dict, List, TextIO, Type
 
-from central.cli import coverage, resource_graph
+from central.cli import resource_graph
+from central.policy import coverage
 
 EXIT_OK, EXIT_BLIND, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_ACCESS = 0, 1, 3, 4, 5
 MAX_VMS = 200_000
@@ -108,8 +109,7 @@ def run(args: argparse.Namespace, out: TextIO, fetch: Callable[[str, str], Dict[
         return _fail(f"central answered {exc.code} {exc.reason}{hint}", EXIT_UNREACHABLE)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return _fail(f"central at {args.url} is not reachable: {exc}", EXIT_UNREACHABLE)
-    scopes = [str(r.get("scope", "")) for r in roles]
-    covered = coverage.cover(coverage.machines(rows, args.tag), fleet, scopes)
+    covered = coverage.cover(coverage.machines(rows, args.tag), fleet, coverage.role_scopes(roles))
     if args.json:
         json.dump(coverage.report(covered), out, indent=2)
         print(file=out)

@@ -23,10 +23,11 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, TextIO
 
 from central.cli import coverage_command, se_fleet_events
 from central.cli.closed_pipe import survives_closed_pipe
+from central.policy import coverage
 
 EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NO_TOKEN = 0, 1, 3, 4, 5
 
@@ -97,6 +98,7 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
     elif mode != "required":
         lines.append(f"sender authentication: {mode} (unsigned envelopes accepted from VMs never seen "
                      "signed)")
+    lines.extend(coverage_lines(fleet.get("coverage")))
     held = fleet.get("heldForTrust") or {}
     if held.get("count"):
         lines.append(held_line(held))
@@ -106,6 +108,29 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
         lines.append(f"WARNING: {gone['count']} envelope(s) held for trust were given up unverified after "
                      f"{held.get('keptDays')} days (AUTHN_HELD_DAYS), last at {gone.get('last')}: {vms}")
     return "\n".join(lines)
+
+
+def coverage_lines(section: Optional[Dict[str, Any]]) -> List[str]:
+    """The fleet view's coverage (central's own Resource Graph read), counted as `se-fleet coverage`."""
+    if not section:  # an older central
+        return []
+    if not section.get("configured"):
+        return [f"coverage: not configured ({section.get('note', '')})"]
+    scopes = ", ".join(section.get("scopes") or [])
+    lines = [f"coverage of {scopes}, read at {section.get('readAt') or 'never'} "
+             f"(every {section.get('refreshSeconds', 0):g} s):"]
+    if section.get("error"):
+        lines.append(f"WARNING: coverage read failed: {section['error']}")
+    if section.get("readAt"):
+        lines.extend("  " + line for line in coverage.summary_lines(section))
+        blind = section.get("blind") or []
+        if blind:
+            more = section["byVerdict"]["blind"] - len(blind)
+            names = ", ".join(b.rsplit("/", 1)[-1] for b in blind) + (f" +{more}" if more else "")
+            lines.append(f"BLIND: {names} (se-fleet coverage --blind-only lists them)")
+    if not section.get("agentlessRead"):
+        lines.append("note: COVERAGE_PRINCIPAL_ID is empty: no VM counts as agentless")
+    return lines
 
 
 def held_line(held: Dict[str, Any]) -> str:

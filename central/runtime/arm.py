@@ -41,6 +41,12 @@ RETRY_CODES = {"toomanyrequests": 429, "throttled": 429, "requesttimeout": 408, 
                "serviceunavailable": 503, "gatewaytimeout": 504}
 
 
+def token_scope(endpoint: str) -> str:
+    """The token's audience is the cloud's ARM (management.usgovcloudapi.net, ...); a local stand-in (http)
+    takes public ARM's, as its tokens say."""
+    endpoint = endpoint.rstrip("/")
+    public = endpoint.startswith("http://") or endpoint == DEFAULT_ENDPOINT
+    return SCOPE if public else f"{endpoint}/.default"
 
 
 @dataclass(frozen=True)
@@ -70,10 +76,7 @@ class ArmAcknowledger:
         self.session = session or requests.Session()
         self.max_wait = max_wait
         self.sleep = sleep
-        # the token's audience is the cloud's ARM (management.usgovcloudapi.net, ...); a local stand-in (http)
-        # takes public ARM's, as its tokens say
-        public = self.endpoint.startswith("http://") or self.endpoint == DEFAULT_ENDPOINT
-        self.scope = SCOPE if public else f"{self.endpoint}/.default"
+        self.scope = token_scope(self.endpoint)
 
     def acknowledge(self, target: Owner, event_ids: Sequence[str]) -> List[Ack]:
         """Approve these events of one owner (one call: single for one id, list for more)."""

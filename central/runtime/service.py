@@ -34,6 +34,8 @@ from . import views
 from .act import CLAIM_SEND_GRACE, Actor
 from .approval_queue import ApprovalSender
 from .arm_approvals import ArmApprover, arm_approver
+from .coverage_read import CoverageReader, coverage_reader
+from .coverage_read import section as coverage_section
 from .evaluator import Evaluator
 from .ingest import Gate, Ingest, Item, accept_all, bad_from, parse
 from .operator_desk import OperatorDesk
@@ -58,11 +60,13 @@ class CentralService:
         transport: Optional[CountingTransport] = None,
         sender_auth: Optional[SenderAuth] = None,
         arm: Optional[ArmApprover] = None,
+        coverage: Optional[CoverageReader] = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.transport = transport
         self.sender_auth = sender_auth or SenderAuth(None)
+        self.coverage = coverage  # None: COVERAGE_SCOPES empty
         self.gate: Gate = self.sender_auth.check if self.sender_auth.enabled else accept_all
         try:
             self.policy = policy_mod.load(settings.policy_json)
@@ -132,7 +136,7 @@ class CentralService:
         )
         store = TableLog(tables, typed.table_prefix)
         return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth,
-                   arm_approver(typed, settings))
+                   arm_approver(typed, settings), coverage_reader(typed, settings))
 
     @property
     def sender(self) -> ApprovalSender:
@@ -265,7 +269,9 @@ class CentralService:
         with self._lock:
             out = views.fleet(self.state, self.policy, self.settings, aware(now))
             out["heldForTrust"] = self.held_for_trust(now)
-            return out
+        # Resource Graph (cached) outside the lock: a slow read never holds up ingest
+        out["coverage"] = coverage_section(self.coverage, out, aware(now))
+        return out
 
     def health(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:

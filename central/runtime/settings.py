@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from azure.core.pipeline.transport import RequestsTransport
 
 from central.intake.plan import HEARTBEAT_MISSING_MINUTES
+from central.policy import coverage
 
 from .alert_rules import DEFAULT_FLOOR, SEVERITIES
 from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
@@ -93,6 +94,10 @@ class CentralSettings:
     heartbeat_missing_minutes: float = HEARTBEAT_MISSING_MINUTES  # HEARTBEAT_MISSING_MINUTES (infra's alert)
     arm_endpoint: str = DEFAULT_ENDPOINT  # ARM_ENDPOINT (the deployment cloud's, from infra)
     arm_api_version: str = DEFAULT_API_VERSION  # ARM_API_VERSION (Microsoft.Maintenance acknowledge)
+    coverage_scopes: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())  # COVERAGE_SCOPES: (subs, groups)
+    coverage_principal_id: str = ""  # COVERAGE_PRINCIPAL_ID: central's identity, for agentless verdicts
+    coverage_refresh: float = 300.0  # COVERAGE_REFRESH_SECONDS
+    coverage_tag: str = "se-forwarder"  # COVERAGE_TAG
 
     @classmethod
     def from_mapping(cls, s: Mapping[str, str]) -> CentralSettings:
@@ -131,6 +136,10 @@ class CentralSettings:
             heartbeat_missing_minutes=_heartbeat_missing_minutes(s),
             arm_endpoint=_arm_endpoint(s),
             arm_api_version=_arm_api_version(s),
+            coverage_scopes=_coverage_scopes(s),
+            coverage_principal_id=_coverage_principal(s),
+            coverage_refresh=_number(s, "COVERAGE_REFRESH_SECONDS", 300.0, least=1.0),
+            coverage_tag=(s.get("COVERAGE_TAG") or "").strip() or "se-forwarder",
         )
 
 
@@ -164,6 +173,23 @@ def _arm_endpoint(settings: Mapping[str, str]) -> str:
     if not (re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?", text) or local):
         raise SettingsError(f"ARM_ENDPOINT must be the cloud's Resource Manager URL (https://<host>, e.g. "
                             f"https://management.azure.com; plain http only on loopback), got {text!r}")
+    return text
+
+
+def _coverage_scopes(settings: Mapping[str, str]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    try:
+        subscriptions, groups = coverage.parse_scopes(settings.get("COVERAGE_SCOPES") or "")
+    except ValueError as exc:
+        raise SettingsError(f"COVERAGE_SCOPES: {exc} (comma-separated ARM ids; empty: no coverage read)") \
+            from None
+    return tuple(subscriptions), tuple(groups)
+
+
+def _coverage_principal(settings: Mapping[str, str]) -> str:
+    text = (settings.get("COVERAGE_PRINCIPAL_ID") or "").strip().lower()
+    if text and not coverage.GUID.match(text):
+        raise SettingsError(f"COVERAGE_PRINCIPAL_ID must be central's identity's principal (object) id, "
+                            f"a GUID (infra sets it), got {text!r}")
     return text
 
 

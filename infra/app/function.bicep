@@ -40,6 +40,15 @@ param platformEventHubName string
 @description('ARM id prefixes of VMs opted in to the platform feed (comma-separated); empty: none.')
 param platformConfirmScopes string = ''
 
+@description('Scopes whose VMs central reads from Resource Graph for the fleet view\'s coverage (COVERAGE_SCOPES); empty: off.')
+param coverageScopes string = ''
+
+@description('Principal id of the Function app identity (COVERAGE_PRINCIPAL_ID: where it may approve through ARM).')
+param coveragePrincipalId string = ''
+
+@description('The tag whose value off leaves a VM alone (COVERAGE_TAG; infra/coverage/\'s exclusionTagName).')
+param coverageTag string = 'se-forwarder'
+
 
 @description('Consumer group the Functions read with.')
 param consumerGroupName string
@@ -158,6 +167,10 @@ var appSettingValues = {
   CLAIMS_COUNTED_PER_HOUR: '4'
   PLATFORM_CONFIRM_SCOPES: platformConfirmScopes
   PLATFORM_CONFIRM_GRACE_SECONDS: '300'
+  COVERAGE_SCOPES: coverageScopes
+  COVERAGE_PRINCIPAL_ID: coveragePrincipalId
+  COVERAGE_REFRESH_SECONDS: '300'
+  COVERAGE_TAG: coverageTag
   HEARTBEAT_MISSING_MINUTES: string(heartbeatMissingMinutes)
   EventHubConnection__fullyQualifiedNamespace: eventHubsFullyQualifiedNamespace
   EventHubConnection__credential: 'managedidentity'

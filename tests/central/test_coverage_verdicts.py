@@ -1,4 +1,4 @@
-"""central/cli/coverage.py, the pure part of `se-fleet coverage`: Resource Graph rows (as the coverage
+"""central/policy/coverage.py, the pure part of `se-fleet coverage`: Resource Graph rows (as the coverage
 query projects them) turned into VMs with their owner, and one verdict per VM from them and central's
 fleet view. Every kind of VM: standalone, availability set member, Flexible member, Uniform instance."""
 
@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from central.cli import coverage
+from central.policy import coverage
 
 SUB = "0b5f2a9e-6c1d-4e8f-9a7b-3c2d1e0f4a5b"
 RG = f"/subscriptions/{SUB}/resourceGroups/apps/providers/Microsoft.Compute"

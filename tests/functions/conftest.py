@@ -127,3 +127,12 @@ def wait_until(
 @pytest.fixture
 def runner_files(tmp_path: Path) -> RunnerFiles:
     return RunnerFiles(tmp_path / "runner")
+
+
+@pytest.fixture(scope="module")
+def coverage_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    """The coverage stack (tests/functions/coverage_world.py): central, IMDS, the Resource Graph stand-in."""
+    from .coverage_world import coverage_stack  # it imports this module's helpers
+
+    with coverage_stack(tmp_path_factory.mktemp("coverage")) as env:
+        yield env

@@ -1,5 +1,5 @@
 """The workbook's coverage tile (infra/app/workbook.json, "coverage") reads Resource Graph with the very
-query `se-fleet coverage` sends (central/cli/coverage.py), so both count the same VMs; the tile's extra
+query `se-fleet coverage` sends (central/policy/coverage.py), so both count the same VMs; the tile's extra
 columns read only what that query's tables hold."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from central.cli import coverage
+from central.policy import coverage
 
 REPO = Path(__file__).resolve().parents[2]
 ITEMS = {i.get("name"): i for i in json.loads((REPO / "infra/app/workbook.json").read_text())["items"]}

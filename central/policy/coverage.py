@@ -1,5 +1,5 @@
-"""`se-fleet coverage`, the pure part: which VMs of a scope are covered, and how. The Resource Graph
-queries (KQL over `resources`, `computeresources` and `authorizationresources`), their rows turned into
+"""Which VMs of a scope are covered, and how (`se-fleet coverage` and central's fleet view). The Resource
+Graph queries (KQL over `resources`, `computeresources` and `authorizationresources`), their rows turned into
 VMs, and one verdict per VM from those and central's fleet view (GET /api/fleet):
 
 - agent: a forwarder central heard within its silence threshold (the fleet view's `silent` false);
@@ -10,7 +10,8 @@ VMs, and one verdict per VM from those and central's fleet view (GET /api/fleet)
   or central knows the VM) but not heard;
 - blind: neither: Azure may reboot it at NotBefore with nobody told;
 - excluded: tagged <tag>: off (infra/coverage/: left alone on purpose); listed, not blind.
-The I/O (Resource Graph, central) is central/cli/coverage_command.py's."""
+Shared by `se-fleet coverage` (central/cli/coverage_command.py, the operator's login) and central's own fleet
+view (central/runtime/coverage_read.py, central's identity): both count the same way."""
 
 from __future__ import annotations
 
@@ -191,10 +192,51 @@ def render(covered: Sequence[Covered], blind_only: bool = False) -> str:
                      if c.verdict == BLIND else c.verdict, c.heard or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(col.ljust(widths[i]) for i, col in enumerate(r)).rstrip() for r in rows]
-    summary = counts(covered)
     lines.append("")
-    for group in summary["byResourceGroup"]:
-        lines.append(f"{group['subscription']}/{group['resourceGroup']}: " +
-                     ", ".join(f"{group[v]} {v}" for v in VERDICTS if group[v]))
+    return "\n".join(lines + summary_lines(counts(covered)))
+
+
+def summary_lines(summary: Mapping[str, Any]) -> List[str]:
+    """counts()'s document as text: one line per resource group, then the totals."""
+    lines = [f"{g['subscription']}/{g['resourceGroup']}: " +
+             ", ".join(f"{g[v]} {v}" for v in VERDICTS if g[v]) for g in summary["byResourceGroup"]]
     lines.append(f"{summary['vms']} VM(s): " + ", ".join(f"{summary['byVerdict'][v]} {v}" for v in VERDICTS))
-    return "\n".join(lines)
+    return lines
+
+
+SUBSCRIPTION_ID = re.compile(r"^/subscriptions/([0-9a-fA-F-]{36})$", re.I)
+GROUP_ID = re.compile(r"^/providers/microsoft\.management/managementgroups/([-\w.()]{1,90})$", re.I)
+
+
+def parse_scopes(text: str) -> Tuple[List[str], List[str]]:
+    """COVERAGE_SCOPES: comma-separated ARM ids, /subscriptions/<id> or
+    /providers/Microsoft.Management/managementGroups/<id> -> (subscription ids, management group ids).
+    ARM ids, not bare names: a management group's id may be a GUID too (the tenant root group's is)."""
+    subscriptions: List[str] = []
+    groups: List[str] = []
+    for item in (x.strip().rstrip("/") for x in text.split(",")):
+        if not item:
+            continue
+        sub, group = SUBSCRIPTION_ID.match(item), GROUP_ID.match(item)
+        if sub and GUID.match(sub.group(1)):
+            subscriptions.append(sub.group(1).lower())
+        elif group:
+            groups.append(group.group(1))
+        else:
+            raise ValueError(f"{item!r} is neither /subscriptions/<id> nor "
+                             "/providers/Microsoft.Management/managementGroups/<id>")
+    return list(dict.fromkeys(subscriptions)), list(dict.fromkeys(groups))
+
+
+def role_scopes(role_rows: Iterable[Mapping[str, Any]]) -> List[str]:
+    """Where central's role is, from role_query's rows."""
+    return [str(r.get("scope", "")) for r in role_rows]
+
+
+def fleet_counts(found: Sequence[Machine], scopes: Sequence[str], fleet: Mapping[str, Any],
+                 blind_listed: int = 50) -> Dict[str, Any]:
+    """Central's fleet view's coverage: the counts `se-fleet coverage --json` prints for the same VMs
+    (machines()) and fleet, and the first `blind_listed` blind VMs' ids."""
+    covered = cover(found, fleet, scopes)
+    blind = sorted(c.machine.id for c in covered if c.verdict == BLIND)
+    return {**counts(covered), "blind": blind[:blind_listed]}
