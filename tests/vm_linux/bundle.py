@@ -53,6 +53,9 @@ def linux_bundle() -> Path:
         subprocess.run([sys.executable, "-m", "tools.wheelhouse", "--out", str(building), "--target", "linux",
                         "--python", *PYTHONS], cwd=REPO, check=True, timeout=1200)
         building.rename(out)
+        for stale in CACHE.glob("bundle-*"):  # bundles of older sources: never used again
+            if stale.is_dir() and stale != out:
+                shutil.rmtree(stale, ignore_errors=True)
         return out
 
 
@@ -72,8 +75,8 @@ def newer_bundle(bundle_dir: Path, dest: Path, suffix: str = ".post1") -> str:
         (src / "pyproject.toml").write_text(text.replace(f'version = "{version}"', f'version = "{newer}"', 1))
         init = src / "forwarder" / "__init__.py"
         init.write_text(init.read_text().replace(f'"{version}"', f'"{newer}"', 1))
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(Path(tmp) / "w"),
-                        str(src)], check=True, timeout=300)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "-w", str(Path(tmp) / "w"), str(src)], check=True, timeout=300)
         stage = Path(tmp) / "stage"
         with tarfile.open(bundle_dir / BUNDLE) as tar:
             tar.extractall(stage)  # noqa: S202 - our own bundle

@@ -53,9 +53,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 @pytest.fixture(scope="module")
-def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boot]:
+def boot(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boot]:
     """boot(suite, persistent=False, binds={host: inside}) -> a running Container. A persistent one
-    boots a copy of the cached root (kept across a poweroff, removed at the end of the module)."""
+    boots a copy of the cached root (kept across a poweroff, removed at the end of the module). The VMs
+    power off before central and its stand-ins stop (`fleet` is set up first, so torn down last)."""
     started: List[Container] = []
     copies: List[Path] = []
 

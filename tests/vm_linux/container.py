@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 from .rootfs import CannotRun
 
@@ -93,10 +93,6 @@ class Container:
     def show(self, unit: str, *props: str) -> Dict[str, str]:
         out = self.run("systemctl", "show", unit, *[f"-p{p}" for p in props]).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    def journal(self, unit: str, since_cursor: str = "") -> List[str]:
-        args: Sequence[str] = ("journalctl", "-u", unit, "-o", "cat", "--no-pager")
-        return self.run(*args, check=False).stdout.splitlines()
 
     def poweroff(self, timeout: float = 60.0) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -26,7 +26,8 @@ def test_debian_11_installs_runs_and_is_approved(boot: Boot, bundle_dir: Path, f
     assert vm.run("stat", "-c", "%U", f"/proc/{pid}").stdout.strip() == "se-forwarder"
     assert vm.show(UNIT, "NRestarts")["NRestarts"] == "0"
     verify = vm.run("systemd-analyze", "verify", UNIT, check=False)
-    assert verify.returncode == 0 and not (verify.stdout + verify.stderr).strip(), verify.stdout + verify.stderr
+    said = (verify.stdout + verify.stderr).strip()
+    assert verify.returncode == 0 and not said, said
     print("live exposure in Debian 11:", vm.run("systemd-analyze", "security", "--no-pager", UNIT
                                                 ).stdout.splitlines()[-1])
     event_id = add_event(fleet, eventType="Reboot", eventSource="User", startedSeconds=15)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, Tuple
 
 import pytest
 
@@ -16,8 +16,18 @@ from sandbox.demo.fleet import Fleet
 from .bundle import newer_bundle
 from .conftest import Boot
 from .container import Container
-from .vm import (UNIT, VM, add_event, install, journal_json, main_pid, posts, wait_approved, wait_for,
-                 wait_running)
+from .vm import (
+    UNIT,
+    VM,
+    add_event,
+    install,
+    journal_json,
+    main_pid,
+    posts,
+    wait_approved,
+    wait_for,
+    wait_running,
+)
 
 CUSTOM_HOOK = "/etc/se-forwarder/hooks/post-event.d/20-mine"
 
@@ -44,9 +54,13 @@ def _version(vm: Container) -> str:
     return vm.run("/opt/se-forwarder/venv/bin/se-forwarder", "--version").stdout.split()[-1]
 
 
-def _ledger(vm: Container) -> List[str]:
-    """Every file of the state directory (the outbox, the approvals ledger, the identity)."""
-    return vm.run("ls", "-i", "/var/lib/se-forwarder").stdout.split("\n")
+def _state(vm: Container) -> Tuple[str, int, str]:
+    """(the outbox database's inode, its last sequence number, the approvals ledger's text)."""
+    inode = vm.run("stat", "-c", "%i", "/var/lib/se-forwarder/outbox.sqlite3").stdout.strip()
+    seq = vm.run("python3", "-c", "import sqlite3; print(sqlite3.connect("
+                 "'file:/var/lib/se-forwarder/outbox.sqlite3?mode=ro', uri=True).execute("
+                 "\"select seq from sqlite_sequence where name = 'outbox'\").fetchone()[0])").stdout
+    return inode, int(seq), vm.run("cat", "/var/lib/se-forwarder/approvals-ledger.json").stdout
 
 
 def test_an_upgrade_keeps_the_outbox_and_approves_nothing_twice(vm: Container, fleet: Fleet,
@@ -55,7 +69,8 @@ def test_an_upgrade_keeps_the_outbox_and_approves_nothing_twice(vm: Container, f
     before_version = _version(vm)
     event_id = add_event(fleet, eventType="Reboot", eventSource="User", startedSeconds=120)
     wait_approved(fleet, event_id)
-    state_before = _ledger(vm)
+    inode, seq, ledger = _state(vm)
+    assert event_id in ledger  # the approval is in the VM's ledger
     t0 = time.monotonic()
     done = install(vm, fleet, artifacts="/mnt/newer")
     print(f"upgrade: {time.monotonic() - t0:.1f} s")
@@ -65,11 +80,12 @@ def test_an_upgrade_keeps_the_outbox_and_approves_nothing_twice(vm: Container, f
     assert [e for e in journal_json(vm, "configuration", pid=new_pid)], "the new process did not start"
     releases = vm.run("sh", "-c", "ls -d /opt/se-forwarder/venv-*").stdout.split()
     assert len(releases) == 1, releases  # the old release is gone once the new one stays up
-    for line in state_before:  # the same files (same inodes): the outbox and the ledger were kept
-        assert line in _ledger(vm), (line, _ledger(vm))
+    inode_after, seq_after, ledger_after = _state(vm)
+    # the same outbox database, its numbering going on (not a new one), the ledger still holding the approval
+    assert inode_after == inode and seq_after > seq and event_id in ledger_after
     # the new process sees the approved event (Started) in IMDS and does not approve it again
-    wait_for("three heartbeats of the new process", lambda: len(journal_json(vm, "heartbeat", pid=new_pid)) >= 3,
-             timeout=30)
+    wait_for("three heartbeats of the new process",
+             lambda: len(journal_json(vm, "heartbeat", pid=new_pid)) >= 3, timeout=30)
     assert fleet.imds is not None and fleet.imds.event(event_id)["approvedBy"] == [VM]
     assert [p["status"] for p in posts(fleet, event_id)] == [200]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,10 +21,21 @@ from sandbox.demo.fleet import Fleet
 
 from .conftest import Boot
 from .container import Container
-from .vm import (UNIT, add_event, install, journal_json, main_pid, posts, vm_config, wait_approved, wait_for,
-                 wait_running)
+from .vm import (
+    UNIT,
+    add_event,
+    install,
+    journal_json,
+    main_pid,
+    posts,
+    vm_config,
+    wait_approved,
+    wait_for,
+    wait_running,
+)
 
 SERVICE_USER = "se-forwarder"
+INSTALL_OUTPUT: List[str] = []  # what install-forwarder.sh printed when the module's VM was installed
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +44,7 @@ def vm(boot: Boot, bundle_dir: Path, fleet: Fleet) -> Iterator[Container]:
     t0 = time.monotonic()
     done = install(machine, fleet)
     print(f"install-forwarder.sh: {time.monotonic() - t0:.1f} s")
-    machine.install_output = done.stdout + done.stderr  # type: ignore[attr-defined]
+    INSTALL_OUTPUT.append(done.stdout + done.stderr)
     yield machine
 
 
@@ -51,7 +61,7 @@ def _owner(vm: Container, pid: int) -> str:
 
 
 def test_the_install_starts_the_service_as_its_own_user(vm: Container, running: int) -> None:
-    out = vm.install_output  # type: ignore[attr-defined]
+    (out,) = INSTALL_OUTPUT
     assert "done: se-forwarder.service is running" in out, out
     props = vm.show(UNIT, "User", "NRestarts", "UnitFileState", "ExecMainStartTimestamp")
     assert props["User"] == SERVICE_USER and props["UnitFileState"] == "enabled"
@@ -62,7 +72,8 @@ def test_the_install_starts_the_service_as_its_own_user(vm: Container, running: 
     assert first.startswith("#!/opt/se-forwarder/venv-") and vm.run("test", "-x", first[2:], check=False
                                                                      ).returncode == 0, first
     verify = vm.run("systemd-analyze", "verify", UNIT, check=False)
-    assert verify.returncode == 0 and not (verify.stdout + verify.stderr).strip(), verify.stdout + verify.stderr
+    said = (verify.stdout + verify.stderr).strip()
+    assert verify.returncode == 0 and not said, said
     live = vm.run("systemd-analyze", "security", "--no-pager", UNIT).stdout.splitlines()[-1]
     print(f"live exposure in Debian 12: {live}")
 
@@ -90,7 +101,7 @@ class _Drains(BaseHTTPRequestHandler):
     """What the VM's application would expose: POST /admin/drain (docs/approvals.md's example hook)."""
     seen: List[Dict[str, str]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.seen.append(json.loads(self.rfile.read(length) or b"{}"))
         self.send_response(204)
@@ -175,14 +186,14 @@ def _pending(vm: Container) -> List[List[str]]:
 def test_kill_9_is_restarted_and_the_outbox_loses_nothing(vm: Container, fleet: Fleet, running: int) -> None:
     hub = fleet.servers["eventhubs"]
     restarts = int(vm.show(UNIT, "NRestarts")["NRestarts"])
-    os.kill(hub.pid, signal.SIGSTOP)  # the hub stops answering: what the forwarder observes waits in the outbox
+    os.kill(hub.pid, signal.SIGSTOP)  # the hub stops answering: what the forwarder sees waits in the outbox
     try:
         event_id = add_event(fleet, eventType="Reboot", eventSource="User", startedSeconds=15)
         pending = wait_for("the event's envelope in the outbox", lambda: (lambda rows: rows if any(
             "heartbeat" not in kind for _, kind in rows) else None)(_pending(vm)), timeout=30)
         vm.sh(f"kill -9 {running}")  # the shell's kill: minbase has no procps
-        new_pid = wait_for("a new main PID", lambda: (lambda p: p if p not in (0, running) else 0)(main_pid(vm)),
-                           timeout=30)
+        new_pid = wait_for("a new main PID",
+                           lambda: (lambda p: p if p not in (0, running) else 0)(main_pid(vm)), timeout=30)
     finally:
         os.kill(hub.pid, signal.SIGCONT)
     assert int(vm.show(UNIT, "NRestarts")["NRestarts"]) == restarts + 1
@@ -194,7 +205,8 @@ def test_kill_9_is_restarted_and_the_outbox_loses_nothing(vm: Container, fleet: 
     assert [p["status"] for p in posts(fleet, event_id)] == [200]
 
 
-def test_a_config_error_is_not_restarted_and_status_says_why(vm: Container, fleet: Fleet, running: int) -> None:
+def test_a_config_error_is_not_restarted_and_status_says_why(vm: Container, fleet: Fleet,
+                                                              running: int) -> None:
     config = "/etc/se-forwarder/config.json"
     good = vm.run("cat", config).stdout
     bad = json.dumps(vm_config(fleet, poll_interval=0.01))  # below IMDS's floor (0.25 s): exit 2

@@ -27,7 +27,8 @@ def vm_config(fleet: Fleet, **extra: Any) -> Dict[str, Any]:
     """config.bicep's settings for this VM, pointed at the sandbox (connection strings: sandbox only)."""
     assert fleet.imds is not None
     return {"sink": "eventhub", "eventhub_name": HUB, "client_id": "", "queue_service_uri": "",
-            "queue_client_id": "", "state_dir": "/var/lib/se-forwarder", "hook_dir": "/etc/se-forwarder/hooks",
+            "queue_client_id": "", "state_dir": "/var/lib/se-forwarder",
+            "hook_dir": "/etc/se-forwarder/hooks",
             "authenticate": True,
             "eventhub_connection_string": processes.eventhubs_connection_string(
                 fleet.servers["eventhubs"].port, HUB),
