@@ -214,13 +214,16 @@ def test_a_config_error_is_not_restarted_and_status_says_why(vm: Container, flee
     try:
         vm.run("systemctl", "restart", UNIT, check=False)
         wait_for("the service failed", lambda: vm.show(UNIT, "ActiveState")["ActiveState"] == "failed",
-                 timeout=30)
+                 timeout=60)
         time.sleep(7)  # longer than RestartSec=5: a restart would have come by now
         props = vm.show(UNIT, "ActiveState", "ExecMainStatus", "NRestarts", "Result")
         assert props == {"ActiveState": "failed", "ExecMainStatus": "2", "NRestarts": "0",
                          "Result": "exit-code"}, props
-        status = vm.run("systemctl", "status", "--no-pager", "-n", "5", UNIT, check=False).stdout
+        status = vm.run("systemctl", "status", "--no-pager", "-n", "20", UNIT, check=False).stdout
         assert "status=2" in status and "poll_interval" in status, status
+        pid = vm.show(UNIT, "ExecMainPID")["ExecMainPID"]
+        said = vm.run("journalctl", f"_PID={pid}", "-o", "cat", "--no-pager").stdout.splitlines()
+        assert said and "poll_interval" in said[-1], said  # its last line says what to fix
     finally:
         vm.run("install", "-m", "0640", "-o", "root", "-g", SERVICE_USER, "/dev/stdin", config, input=good)
         vm.run("systemctl", "restart", UNIT)
