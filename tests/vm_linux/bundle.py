@@ -59,6 +59,25 @@ def linux_bundle() -> Path:
         return out
 
 
+def _repack(bundle_dir: Path, stage: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest / BUNDLE, "w:gz") as tar:
+        for item in sorted(stage.iterdir()):
+            tar.add(item, arcname=item.name)
+    shutil.copy2(bundle_dir / SCRIPT, dest / SCRIPT)
+
+
+def broken_bundle(bundle_dir: Path, dest: Path, missing: str = "requests-") -> None:
+    """The bundle without one pinned wheel: pip cannot build the release (a failed upgrade)."""
+    with tempfile.TemporaryDirectory(prefix="se-broken-") as tmp:
+        stage = Path(tmp)
+        with tarfile.open(bundle_dir / BUNDLE) as tar:
+            tar.extractall(stage)  # noqa: S202 - our own bundle
+        for wheel in (stage / "wheels").glob(f"{missing}*.whl"):
+            wheel.unlink()
+        _repack(bundle_dir, stage, dest)
+
+
 def newer_bundle(bundle_dir: Path, dest: Path, suffix: str = ".post1") -> str:
     """Write into `dest` the bundle of `bundle_dir` with the forwarder at <version><suffix>. Returns that
     version."""
@@ -84,9 +103,5 @@ def newer_bundle(bundle_dir: Path, dest: Path, suffix: str = ".post1") -> str:
             old.unlink()
         for wheel in (Path(tmp) / "w").glob("*.whl"):
             shutil.copy2(wheel, stage / "wheels")
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(dest / BUNDLE, "w:gz") as tar:
-            for item in sorted(stage.iterdir()):
-                tar.add(item, arcname=item.name)
-        shutil.copy2(bundle_dir / SCRIPT, dest / SCRIPT)
+        _repack(bundle_dir, stage, dest)
     return newer

@@ -13,7 +13,7 @@ import pytest
 
 from sandbox.demo.fleet import Fleet
 
-from .bundle import newer_bundle
+from .bundle import broken_bundle, newer_bundle
 from .conftest import Boot
 from .container import Container
 from .vm import (
@@ -40,8 +40,16 @@ def newer(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def vm(boot: Boot, bundle_dir: Path, newer: tuple) -> Container:
-    return boot("bookworm", persistent=True, binds={bundle_dir: "/mnt/artifacts", newer[0]: "/mnt/newer"})
+def broken(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("broken")
+    broken_bundle(bundle_dir, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def vm(boot: Boot, bundle_dir: Path, newer: tuple, broken: Path) -> Container:
+    return boot("bookworm", persistent=True,
+                binds={bundle_dir: "/mnt/artifacts", newer[0]: "/mnt/newer", broken: "/mnt/broken"})
 
 
 def _installed(vm: Container, fleet: Fleet) -> int:
@@ -88,6 +96,17 @@ def test_an_upgrade_keeps_the_outbox_and_approves_nothing_twice(vm: Container, f
              lambda: len(journal_json(vm, "heartbeat", pid=new_pid)) >= 3, timeout=30)
     assert fleet.imds is not None and fleet.imds.event(event_id)["approvedBy"] == [VM]
     assert [p["status"] for p in posts(fleet, event_id)] == [200]
+
+
+def test_a_failed_upgrade_leaves_the_running_release(vm: Container, fleet: Fleet) -> None:
+    pid = _installed(vm, fleet)
+    release = vm.run("readlink", "/opt/se-forwarder/venv").stdout.strip()
+    done = install(vm, fleet, artifacts="/mnt/broken", check=False)  # a wheel is missing: pip fails
+    assert done.returncode == 1 and "the installed one (if any) is unchanged" in done.stderr, done.stderr
+    assert vm.run("readlink", "/opt/se-forwarder/venv").stdout.strip() == release
+    releases = vm.run("sh", "-c", "ls -d /opt/se-forwarder/venv-*").stdout.split()
+    assert releases == [f"/opt/se-forwarder/{release}"]  # the half-built one is removed
+    assert main_pid(vm) == pid and vm.show(UNIT, "NRestarts")["NRestarts"] == "0"  # never stopped
 
 
 def test_a_reboot_with_an_event_open_resumes_without_a_second_approval(vm: Container, fleet: Fleet) -> None:
