@@ -29,9 +29,11 @@ Boot = Callable[..., Container]
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    for item in items:  # one booted VM serves a file's tests in order: keep them on one xdist worker
+    # The first test of a fresh machine builds a root (debootstrap, up to 900 s) and the bundle (up to
+    # 1200 s) in its setup, each bounded by its own timeout; the project's 300 s would cut that short.
+    for item in items:
         if "vm_linux" in str(item.fspath):
-            item.add_marker(pytest.mark.timeout(600))
+            item.add_marker(pytest.mark.timeout(1800))
 
 
 @pytest.fixture(scope="session")
