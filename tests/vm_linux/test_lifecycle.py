@@ -127,6 +127,26 @@ def test_a_reboot_with_an_event_open_resumes_without_a_second_approval(vm: Conta
     assert main_pid(vm) == pid
 
 
+def test_an_install_over_a_plain_venv_directory_repairs_it(vm: Container, fleet: Fleet) -> None:
+    """What the installer before releases left: /opt/se-forwarder/venv a directory whose console scripts
+    name a path that is gone (it built venv.new and renamed it). systemd cannot start that (203/EXEC);
+    the next install replaces it with a release and the service runs."""
+    _installed(vm, fleet)
+    release = vm.run("readlink", "/opt/se-forwarder/venv").stdout.strip()
+    vm.sh(f"systemctl stop {UNIT} && rm /opt/se-forwarder/venv && "
+          f"mv /opt/se-forwarder/{release} /opt/se-forwarder/venv")
+    vm.run("systemctl", "start", UNIT, check=False)
+    wait_for("the old layout failing to start (203/EXEC)",
+             lambda: vm.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "203", timeout=30)
+    done = install(vm, fleet)
+    assert "done: se-forwarder.service is running" in done.stdout, done.stdout + done.stderr
+    assert vm.run("test", "-L", "/opt/se-forwarder/venv", check=False).returncode == 0
+    left = vm.run("sh", "-c", "ls -d /opt/se-forwarder/venv*").stdout.split()
+    current = vm.run("readlink", "-f", "/opt/se-forwarder/venv").stdout.strip()
+    assert left == ["/opt/se-forwarder/venv", current]  # the old directory is gone
+    wait_running(vm)
+
+
 def test_uninstall_keeps_the_outbox_user_and_own_hooks_and_purge_removes_them(vm: Container,
                                                                                fleet: Fleet) -> None:
     _installed(vm, fleet)
