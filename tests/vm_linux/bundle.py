@@ -53,8 +53,8 @@ def linux_bundle() -> Path:
         subprocess.run([sys.executable, "-m", "tools.wheelhouse", "--out", str(building), "--target", "linux",
                         "--python", *PYTHONS], cwd=REPO, check=True, timeout=1200)
         building.rename(out)
-        for stale in CACHE.glob("bundle-*"):  # bundles of older sources: never used again
-            if stale.is_dir() and stale != out:
+        for stale in CACHE.glob("bundle-*"):  # this module's bundles of older sources: never used again
+            if stale.is_dir() and stale != out and re.fullmatch(r"bundle-[0-9a-f]{16}", stale.name):
                 shutil.rmtree(stale, ignore_errors=True)
         return out
 
