@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo sandbox test test-quick lint bench fault wheelhouse clean
+.PHONY: demo sandbox test test-any-date test-quick lint bench fault wheelhouse clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml ops/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml o
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	# the console's @azure/msal-browser into central/console/vendor/ (it ships with the Function app)
+	$(PYTHON) -m tools.console_vendor
 	touch $@
 
 bootstrap: $(STAMP) $(NODE_STAMP)
@@ -44,6 +46,11 @@ test: bootstrap lint
 test-quick: bootstrap
 	$(PY) -m pytest -m "not slow" -x -q -p no:cacheprovider
 
+# The suite on any date: the in-process suites with the clock 400 days ahead and 30 days behind
+# (Debian's faketime; tools/any_date.py says which suites). .ci/run runs it after `make test`.
+test-any-date: bootstrap
+	$(PY) -m tools.any_date
+
 bench: bootstrap
 	$(PY) -m bench
 
@@ -51,7 +58,7 @@ fault: bootstrap
 	$(PY) -m pytest -m slow -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) node_modules .demo .sandbox .state build dist wheelhouse *.egg-info
+	rm -rf $(VENV) node_modules .demo .sandbox .state .any-date build dist wheelhouse *.egg-info
 
 # ---- infra (issue 6) ----
 # checkov runs in its own venv: it pins its own dependency versions (pycep-parser, ...).
@@ -59,7 +66,7 @@ CHECKOV_VENV    := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 CHECKOV_STAMP   := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
-.PHONY: checkov-venv infra-check
+.PHONY: checkov-venv infra-check policy-reference
 
 $(CHECKOV_STAMP): tools/checkov-requirements.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
@@ -74,6 +81,11 @@ test-quick: $(CHECKOV_STAMP)
 
 infra-check: $(STAMP) $(CHECKOV_STAMP)
 	$(PY) -m pytest tests/infra -q -p no:cacheprovider
+
+# The policy types and alias tables infra/coverage/ is checked against, outside the repository (docs/deploy.md,
+# "Offline checks"): from git directories of Azure/bicep-types-az and maciejporebski/azure-policy-aliases.
+policy-reference: $(STAMP)
+	$(PY) -m tools.policy_reference fill --types-git "$(TYPES_GIT)" --aliases-git "$(ALIASES_GIT)"
 
 # Offline install bundles of the forwarder for the VMs (docs/deploy.md); needs PyPI here, not on the VMs.
 wheelhouse: $(STAMP)

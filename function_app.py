@@ -241,6 +241,19 @@ def reverify(req: func.HttpRequest) -> func.HttpResponse:
         return _error(str(exc), 409)
 
 
+# The on-call console (central/console/, central.runtime.console): static files and the page's sign-in
+# settings, anonymous because the page holds no data; it calls the routes above with the person's token.
+@app.route(route="console/{*path}", methods=[func.HttpMethod.GET], auth_level=func.AuthLevel.ANONYMOUS)
+def console(req: func.HttpRequest) -> func.HttpResponse:
+    from central.runtime import console_asset
+
+    if not req.route_params.get("path") and not req.url.split("?")[0].endswith("/"):
+        return func.HttpResponse(status_code=308, headers={"Location": "/api/console/"})  # relative paths
+    found = console_asset(req.route_params.get("path") or "", os.environ)
+    return func.HttpResponse(found.body, status_code=found.status, mimetype=found.content_type.split(";")[0],
+                             charset="utf-8", headers=found.headers)
+
+
 # Probes: a function key, on a path App Service authentication excludes (a probe has no Entra token).
 @app.route(route="health", methods=[func.HttpMethod.GET])
 def health(req: func.HttpRequest) -> func.HttpResponse:

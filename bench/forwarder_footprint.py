@@ -17,15 +17,15 @@ The pinned VM install: every agent runs on `.venv-vm`, a venv made here from
 infra/forwarder/requirements-vm.txt (the wheelhouse's exact pins; rebuilt when the lock changes), the
 forwarder from this source tree (`python -m forwarder`, cwd = the repository), no dev packages.
 
-Managed identity, as in Azure: the sandbox Event Hubs server and Azurite speak plain TCP/HTTP, but a
-bearer token is only ever sent over TLS (azure-core refuses otherwise; so does Azurite's OAuth). So
-Azurite runs with `--oauth basic --cert/--key` (HTTPS; it checks the token's shape, audience, issuer
-and lifetime, not its signature), and a TLS relay (bench/tlsrelay.py) on 127.0.0.13:5671 — the AMQPS
-port, on a loopback address of its own, since the SDK sends the namespace as the TLS server name —
-fronts the Event Hubs server. One certificate is made per run and trusted by the agents only:
-SSL_CERT_DIR (a hashed CA directory holding it: the forwarder's Event Hubs TLS context looks there, as
-it looks in the VM's /etc/ssl/certs) and REQUESTS_CA_BUNDLE (requests, for the queue). Binding port
-5671 needs root (this machine's benches run as root).
+Managed identity, as in Azure: the sandbox Event Hubs server (its REST send endpoint) and Azurite speak
+plain HTTP, but a bearer token is only ever sent over TLS (so does Azurite's OAuth). So Azurite runs with
+`--oauth basic --cert/--key` (HTTPS; it checks the token's shape, audience, issuer and lifetime, not its
+signature), and a TLS relay (bench/tlsrelay.py) on 127.0.0.13:443, a loopback address of its own named as
+the namespace, fronts the server's REST endpoint. One certificate is made per run and trusted by the
+agents only: SSL_CERT_DIR (a hashed CA directory holding it: the forwarder's TLS context looks there, as
+it looks in the VM's /etc/ssl/certs) and REQUESTS_CA_BUNDLE. Binding port 443 needs root (this machine's
+benches run as root). The VM venv also holds requests and its four packages (REFERENCE_PINS) for the
+requests reference poller; the forwarder never imports them.
 
 Two states per run, every agent measured side by side in each: idle (after the warm-up), then with
 an event open: a Reboot naming every agent's VM, Scheduled for an hour and never approved (the
@@ -33,8 +33,8 @@ production forwarders then carry the approval parts and the Storage queue SDK, a
 Per agent, state and run: RSS sampled every second from /proc/<pid>/status (VmRSS) over the window,
 its median = the steady RSS; CPU = user+system seconds over the window, scaled to an hour. Printed:
 median [min-max] of the runs, in MiB and CPU s/hour, and each agent's ratio to the reference poller
-(requests) measured in the same runs and state. Goals (issue 22 point 6) for "forwarder, production"
-(signing): <= 40 MiB and <= 8 s CPU/hour idle, <= 45 MiB with the event open.
+(requests) measured in the same runs and state. Goals for "forwarder, production"
+(signing): <= 30 MiB idle and <= 33 MiB with the event open (issue 49), CPU <= the requests reference.
 """
 
 from __future__ import annotations
@@ -62,12 +62,18 @@ MIB = 1024 * 1024
 VENV = processes.REPO / ".venv-vm"
 LOCK = processes.REPO / "infra" / "forwarder" / "requirements-vm.txt"
 RESULTS = Path(__file__).resolve().parent / "results" / "forwarder_footprint.md"
-AMQPS_HOST, AMQPS_PORT = "127.0.0.13", 5671
+# The namespace's HTTPS port on a loopback address of its own: the REST sink sends to https://<namespace>/.
+HUB_HOST, HUB_PORT = "127.0.0.13", 443
+# The requests reference poller's packages (the VM lock's pins before issue 49; the forwarder never
+# imports them): installed next to the lock so the reference stays the same program as before.
+REFERENCE_PINS = ("requests==2.32.5", "urllib3==2.6.3", "idna==3.20", "certifi==2026.10.18",
+                  "charset-normalizer==3.5.2")
 HUB = "scheduled-events"
 IDLE, EVENT = "idle", "event open"
 # issue 22 point 6: the production forwarder (signing) <= 40 MiB and <= 8 s CPU/hour idle, <= 45 MiB with
 # an event naming the VM open.
-GOALS = {IDLE: (40.0, 8.0), EVENT: (45.0, 0.0)}
+# issue 49: <= 30 MiB idle, <= 33 MiB with the event open (CPU: <= the requests reference, same run).
+GOALS = {IDLE: (30.0, 8.0), EVENT: (33.0, 0.0)}
 PRODUCTION = "forwarder, production"
 REPEATS_INSIDE = True  # --runs (default 3): its figures are medians with their range
 REFERENCE = "reference poller (requests)"
@@ -85,7 +91,7 @@ class Agent:
 
 def vm_python() -> Path:
     """`.venv-vm/bin/python` with exactly the VM lock's pins (made or remade when the lock changed)."""
-    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    digest = hashlib.sha256(LOCK.read_bytes() + " ".join(REFERENCE_PINS).encode()).hexdigest()
     stamp = VENV / ".lock-sha256"
     python = VENV / "bin" / "python"
     if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
@@ -94,7 +100,7 @@ def vm_python() -> Path:
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--clear", str(VENV)], check=True, timeout=300)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "-r", str(LOCK)], check=True, timeout=900)
+                        "--no-deps", "-r", str(LOCK), *REFERENCE_PINS], check=True, timeout=900)
         stamp.write_text(digest)
     return python
 
@@ -109,18 +115,6 @@ def trust_env(cert: Path, work: Path) -> Dict[str, str]:
     return {"SSL_CERT_DIR": str(cadir), "REQUESTS_CA_BUNDLE": str(cert)}
 
 
-def start_azurite_tls(work: Path, cert: Path, key: Path) -> processes.Server:
-    binary = processes.REPO / "node_modules" / ".bin" / "azurite"
-    ports = {"blob": processes.free_port(), "queue": processes.free_port(), "table": processes.free_port()}
-    argv = [str(binary), "--silent", "--skipApiVersionCheck", "--disableProductStyleUrl",
-            "--inMemoryPersistence", "--oauth", "basic", "--cert", str(cert), "--key", str(key)]
-    for service, port in ports.items():
-        argv += [f"--{service}Host", processes.LOOPBACK, f"--{service}Port", str(port)]
-    server = processes.start("azurite", argv, ports, log_dir=work)
-    server.grace = 2.0
-    return server
-
-
 def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Agent]:
     def url(vm: str) -> str:
         return f"http://{processes.LOOPBACK}:{imds_port}/vms/{vm}"
@@ -132,7 +126,7 @@ def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Ag
                 "--log-level", "warning", *extra]
         return Agent(label, vm, argv, env or {}, state=state)
 
-    production = ["--sink", "eventhub", "--eventhub-namespace", AMQPS_HOST, "--eventhub-name", HUB,
+    production = ["--sink", "eventhub", "--eventhub-namespace", HUB_HOST, "--eventhub-name", HUB,
                   "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
     return [
         forwarder("forwarder, file sink", "vm0", ["--sink", "file", "--sink-file", str(work / "vm0.jsonl")]),
@@ -301,13 +295,14 @@ def main(argv: List[str]) -> int:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cert, key = make_certificate(work, (processes.LOOPBACK, AMQPS_HOST))
+        cert, key = make_certificate(work, (processes.LOOPBACK, HUB_HOST))
         base_env.update(trust_env(cert, work))
         vms = [arg for i in range(6) for arg in ("--vm", f"vm{i}")]
         imds = processes.start_imds(["--time-scale", "1", *vms], log_dir=work)
-        hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work)
-        azurite = start_azurite_tls(work, cert, key)
-        relay = TlsRelay(cert, key, hub.port, host=AMQPS_HOST, port=AMQPS_PORT)
+        hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True)
+        azurite = processes.start_azurite(log_dir=work, oauth_tls=(cert, key))
+        azurite.grace = 2.0
+        relay = TlsRelay(cert, key, hub.ports["rest"], host=HUB_HOST, port=HUB_PORT)
         try:
             for number in range(1, args.runs + 1):
                 print(f"run {number}/{args.runs}: {args.warmup:g} s warm-up, {args.seconds:g} s measured",

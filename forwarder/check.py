@@ -308,8 +308,6 @@ def _queue(config: Config, report: Report, vm: Any, credential: Any) -> None:
     if vm is None:
         report.add("approvals", WARN, "approval queue not checked: the VM identity (IMDS) is unknown")
         return
-    from azure.core.exceptions import ResourceNotFoundError
-
     from .approvals import naming, queue
 
     name = naming.queue_name(vm.vm_id)
@@ -323,7 +321,7 @@ def _queue(config: Config, report: Report, vm: Any, credential: Any) -> None:
         # A peek changes nothing (no dequeue count, no visibility) and needs only what `run` needs.
         _bounded(lambda: list(client.peek_messages(max_messages=1)))
         report.add("approvals", OK, f"queue {name} readable")
-    except ResourceNotFoundError:
+    except queue.errors()[1]:
         report.add("approvals", WARN, f"queue {name} does not exist yet (central creates it with its first "
                    "approval for this VM)")
     except Exception as exc:  # noqa: BLE001

@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="se-forwarder", description="Forward Azure IMDS Scheduled Events from this VM.",
         epilog=EPILOG, formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"se-forwarder {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{run,check,approve}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,check,approve,windows-install}")
     sub.required = True
+    sub.add_parser("windows-install", help="the Windows installer's steps (plan, stage, activate, uninstall; "
+                   "`windows-install -h`)")
     _subparser(sub, "run", "run the forwarder daemon (until SIGTERM/SIGINT)",
                "Poll IMDS, publish each incarnation through the durable outbox, send heartbeats, carry "
                "out approvals.")
@@ -109,7 +111,12 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
 
 @survives_closed_pipe
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["windows-install"]:  # the Windows installer's steps: no forwarder settings
+        from .windows_install import main as windows_install
+
+        return windows_install(given[1:])
+    args = _parser().parse_args(given)
     if args.command in ("run", "check"):
         from . import deferred
         from .footprint import skip_charset_detection

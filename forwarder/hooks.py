@@ -2,11 +2,12 @@
 
 Layout (run-parts style): `<hook_dir>/pre-approve.d/*` and `<hook_dir>/post-event.d/*`, run one after
 another in name order. A hook sees the event in its environment (SE_EVENT_ID, ...), never the
-forwarder's own environment (which may hold a connection string). Only regular executable files owned
-by root or the service user and not group- or world-writable are run: anyone who can write a hook can
-decide when this VM reboots. A hook that outlives the timeout is killed with its whole process group.
-Files ending in `.example` are documentation (the install ships commented examples that way) and are
-never run; `install_examples` copies the packaged ones into a hook directory.
+forwarder's own environment (which may hold a connection string): on Linux a fixed root-owned PATH, on
+Windows the system's own PATH and variables (SystemRoot, ComSpec, ...; `base_environment`). Only
+regular executable files owned by root or the service user and not group- or world-writable are run:
+anyone who can write a hook can decide when this VM reboots. A hook that outlives the timeout is killed
+with its whole process group. Files ending in `.example` are documentation (the install ships commented
+examples that way) and are never run; `install_examples` copies the packaged ones into a hook directory.
 
 Whatever IMDS sends reaches a hook only as text an environment can hold: a NUL byte, a lone UTF-16
 surrogate or any other unencodable character in an event field is replaced (U+FFFD), so no IMDS
@@ -37,6 +38,16 @@ POST_EVENT = "post-event"
 PHASES = (PRE_APPROVE, POST_EVENT)
 # Hooks run with this PATH, not the service's: a predictable, root-owned search path.
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Windows: the system's own PATH as a fresh install sets it (so `hostname`, `powershell`, `shutdown`
+# resolve by name), under the SystemRoot the service runs with.
+WINDOWS_HOOK_PATH = ("{root}\\system32;{root};{root}\\System32\\Wbem;"
+                     "{root}\\System32\\WindowsPowerShell\\v1.0\\")
+# The system variables a Windows program expects (cmd, PowerShell, .NET read them); none is a secret.
+WINDOWS_PASSED = ("SystemRoot", "windir", "SystemDrive", "ComSpec", "PATHEXT", "ProgramData",
+                  "ProgramFiles", "ProgramFiles(x86)", "ProgramW6432", "CommonProgramFiles",
+                  "CommonProgramFiles(x86)", "CommonProgramW6432", "ALLUSERSPROFILE", "PUBLIC",
+                  "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS", "COMPUTERNAME",
+                  "TEMP", "TMP", "USERPROFILE", "USERNAME")
 
 
 @dataclass
@@ -244,6 +255,23 @@ def install_examples(hook_dir: str, windows: Optional[bool] = None) -> List[Path
     return written
 
 
+def base_environment(windows: bool, service_env: Mapping[str, str]) -> Dict[str, str]:
+    """What every hook's environment starts from, before the SE_* variables: a fixed search path and
+    the system's own variables, never the service's other settings (which may hold a secret).
+    Windows names are case-insensitive (os.environ upper-cases them), so they are looked up that way."""
+    if not windows:
+        return {"PATH": HOOK_PATH, "LANG": "C.UTF-8", "HOME": "/"}
+    upper = {k.upper(): v for k, v in service_env.items()}
+    env = {name: upper[name.upper()] for name in WINDOWS_PASSED if name.upper() in upper}
+    root = env.setdefault("SystemRoot", "C:\\Windows")
+    env.setdefault("windir", root)
+    env.setdefault("SystemDrive", root[:2] if root[1:2] == ":" else "C:")
+    env.setdefault("ComSpec", root + "\\system32\\cmd.exe")
+    env.setdefault("PATHEXT", ".COM;.EXE;.BAT;.CMD;.VBS;.VBE;.JS;.JSE;.WSF;.WSH;.MSC")
+    env["PATH"] = WINDOWS_HOOK_PATH.format(root=root)
+    return env
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         if hasattr(os, "killpg"):
@@ -257,7 +285,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_one(path: Path, env: Mapping[str, str], settings: HookSettings) -> HookResult:
     """Run one hook with a timeout; its stdout+stderr go to a temp file (no pipe a grandchild can hold)."""
     result = HookResult(name=path.name)
-    child_env = {"PATH": HOOK_PATH, "LANG": "C.UTF-8", "HOME": "/", **env}
+    windows = os.name == "nt"
+    base = base_environment(windows, os.environ)
+    child_env = {**base, **env}
+    cwd = base["SystemDrive"] + "\\" if windows else "/"
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
@@ -267,7 +298,7 @@ def run_one(path: Path, env: Mapping[str, str], settings: HookSettings) -> HookR
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=child_env,
-                cwd="/",
+                cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
             )

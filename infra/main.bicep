@@ -178,6 +178,11 @@ param authnMode string = 'required'
 @description('Sender authentication: PEM certificates ADDED to the shipped trust (DigiCert Global Root G2 and Microsoft RSA Root CA 2017 from certifi, Microsoft intermediates, AIA). Empty is right for the public cloud and Azure Government; 21Vianet: DigiCert Global Root CA.')
 param authnTrustPem string = ''
 
+@description('Sender authentication: days an envelope refused for a trust failure is kept for re-verification; past it, it is given up, counted in health and named in a critical alert.')
+@minValue(1)
+@maxValue(365)
+param authnHeldDays int = 7
+
 @description('Sender authentication: DNS domain(s) the attested document signer must be under; default: the deployment cloud\'s.')
 param authnMetadataDomains string = environment().name == 'AzureUSGovernment' ? 'metadata.azure.us' : (environment().name == 'AzureChinaCloud' ? 'metadata.azure.cn' : 'metadata.azure.com')
 
@@ -514,6 +519,7 @@ module functionApp 'app/function.bicep' = {
     authnMode: authnMode
     platformConfirmScopes: platformFeedEnabled ? platformConfirmScopes : ''
     authnTrustPem: authnTrustPem
+    authnHeldDays: authnHeldDays
     authnMetadataDomains: authnMetadataDomains
     operatorKeySha256: operatorKeySha256
     operatorApiClientId: operatorApiClientId
@@ -546,6 +552,8 @@ module auth 'app/auth.bicep' = {
     excludedPaths: [
       '/api/health'
       '/api/automation/*'
+      '/api/console'
+      '/api/console/*'
     ]
   }
 }
@@ -585,6 +593,8 @@ output SE_ENVIRONMENT_NAME string = environmentName
 output AZURE_LOCATION string = location
 output AZURE_RESOURCE_GROUP string = rg.name
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.functionAppName
+// The on-call console (postprovision adds it to the operator API's SPA redirect URIs; docs/console.md)
+output SE_CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}/api/console/'
 output EVENTHUB_NAMESPACE string = eventHubs.outputs.fullyQualifiedNamespace
 output EVENTHUB_NAME string = eventHubs.outputs.hubName
 output ANALYTICS_CONSUMER_GROUP string = eventHubs.outputs.analyticsConsumerGroupName

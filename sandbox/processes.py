@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -22,6 +22,16 @@ LOOPBACK = "127.0.0.1"
 AZURITE_ACCOUNT = "devstoreaccount1"
 # pragma: allowlist nextline secret
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def clock_env() -> Dict[str, str]:
+    """The variables that set this process's clock (Debian's faketime: LD_PRELOAD, FAKETIME*, and the
+    PYTHONPATH of tools/any_date.py's sleep fix), for a child started with an otherwise minimal environment,
+    so it keeps the same moved calendar as its parent (empty on a normal run)."""
+    if "FAKETIME" not in os.environ:
+        return {}
+    return {k: v for k, v in os.environ.items()
+            if k.startswith("FAKETIME") or k in ("LD_PRELOAD", "PYTHONPATH")}
 
 
 def free_port() -> int:
@@ -113,9 +123,12 @@ def azurite_connection_string(blob: int, queue: int, table: int) -> str:
 
 
 def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = None,
-                  ports: Optional[Dict[str, int]] = None) -> Server:
+                  ports: Optional[Dict[str, int]] = None,
+                  oauth_tls: Optional[Tuple[Path, Path]] = None) -> Server:
     """Azurite from node_modules (npm ci), in memory unless `location` is given. `ports` (blob, queue,
-    table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point."""
+    table; e.g. a stopped Azurite's `.ports`) brings a replacement up where clients already point.
+    `oauth_tls` (certificate, key): HTTPS with `--oauth basic`, Azurite's check of Bearer tokens (shape,
+    audience, issuer, lifetime; not the signature), which it accepts over HTTPS only."""
     binary = REPO / "node_modules" / ".bin" / "azurite"
     if not binary.exists():
         raise RuntimeError("Azurite is not installed: run `npm ci` (make does it for you)")
@@ -125,6 +138,8 @@ def start_azurite(log_dir: Optional[Path] = None, location: Optional[Path] = Non
                        "--blobPort", str(ports["blob"]), "--queuePort", str(ports["queue"]),
                        "--tablePort", str(ports["table"])]
     argv += ["--location", str(location)] if location else ["--inMemoryPersistence"]
+    if oauth_tls is not None:
+        argv += ["--oauth", "basic", "--cert", str(oauth_tls[0]), "--key", str(oauth_tls[1])]
     server = start("azurite", argv, ports, log_dir=log_dir)
     if location is None:
         # In memory, Azurite waits for idle keep-alive clients (e.g. a checkpoint store's pool) before
@@ -150,13 +165,18 @@ PLATFORM_HUB = "scheduled-events-platform"  # the platform feed's own hub (issue
 
 def start_eventhubs(hubs: Sequence[str] = ("scheduled-events=4", f"{PLATFORM_HUB}=2"),
                     log_dir: Optional[Path] = None,
-                    port: Optional[int] = None, args: Sequence[str] = ()) -> Server:
-    """The Event Hubs AMQP server (`python -m sandbox.eventhubs`). `hubs`: NAME=PARTITIONS."""
+                    port: Optional[int] = None, args: Sequence[str] = (), rest: bool = False) -> Server:
+    """The Event Hubs AMQP server (`python -m sandbox.eventhubs`). `hubs`: NAME=PARTITIONS. `rest`: also the
+    REST send endpoint over HTTP (its port in `.ports["rest"]`)."""
     port = port or free_port()
     argv = [sys.executable, "-m", "sandbox.eventhubs", "--port", str(port)]
     for hub in hubs:
         argv += ["--hub", hub]
-    server = start("eventhubs", [*argv, *args], {"amqp": port}, log_dir=log_dir)
+    ports = {"amqp": port}
+    if rest:
+        ports["rest"] = free_port()
+        argv += ["--http-port", str(ports["rest"])]
+    server = start("eventhubs", [*argv, *args], ports, log_dir=log_dir)
     server.extra["connection_string_template"] = eventhubs_connection_string(port, "{hub}")
     return server
 

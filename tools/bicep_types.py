@@ -12,7 +12,9 @@ For every `resource` declaration:
 Expressions (parameters, references, interpolated strings) are not evaluated: only literals are checked.
 The same check takes a JSON body (`check_body`), e.g. a PATCH that a script sends.
 
-`python -m tools.bicep_types infra ../shared/bicep-types` prints one finding per line; exit 1 if any.
+`python -m tools.bicep_types infra ../shared/bicep-types [MORE...]` prints one finding per line; exit 1 if
+any.
+MORE: directories of types the shared extract lacks (the policy types: tools/policy_reference.py's cache).
 """
 
 from __future__ import annotations
@@ -81,22 +83,27 @@ def literal(node: ts.Node) -> Any:
 
 
 class Reference:
-    """The reference directory: index.json plus the types.json files it points to."""
+    """The reference directory: index.json plus the types.json files it points to. More directories of the
+    same layout (e.g. a cache of types the shared extract lacks: tools/policy_reference.py) add types."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *extra: Path) -> None:
         self.root = root
-        index = json.loads((root / "index.json").read_text())["resources"]
-        self.index = {key.lower(): ref["$ref"] for key, ref in index.items()}
-        self._files: Dict[str, List[Dict[str, Any]]] = {}
+        self.index: Dict[str, Tuple[Path, str]] = {}
+        for directory in (root, *extra):
+            index = json.loads((directory / "index.json").read_text())["resources"]
+            for key, ref in index.items():
+                self.index.setdefault(key.lower(), (directory, ref["$ref"]))
+        self._files: Dict[Path, List[Dict[str, Any]]] = {}
 
     def resource(self, type_version: str) -> Optional[Tuple[List[Dict[str, Any]], Dict[str, Any]]]:
-        ref = self.index.get(type_version.lower())
-        if ref is None:
+        found = self.index.get(type_version.lower())
+        if found is None:
             return None
+        directory, ref = found
         path, _, position = ref.partition("#/")
-        types = self._files.get(path)
+        types = self._files.get(directory / path)
         if types is None:
-            types = self._files[path] = json.loads((self.root / path).read_text())
+            types = self._files[directory / path] = json.loads((directory / path).read_text())
         return types, types[int(position)]
 
 
@@ -276,22 +283,24 @@ def check_file(path: Path, reference: Reference) -> List[Finding]:
     return found
 
 
-def check_tree(root: Path, reference_root: Path) -> List[Finding]:
-    reference = Reference(reference_root)
+def check_tree(root: Path, reference_root: Path, *extra: Path) -> List[Finding]:
+    reference = Reference(reference_root, *extra)
     return [f for path in sorted(root.rglob("*.bicep")) for f in check_file(path, reference)]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m tools.bicep_types INFRA_DIR BICEP_TYPES_DIR", file=sys.stderr)
-        return 2
-    reference = Path(args[1])
-    if not (reference / "index.json").is_file():
-        print(f"bicep_types: no index.json in {reference} (the bicep-types reference directory)",
+    if len(args) < 2:
+        print("usage: python -m tools.bicep_types INFRA_DIR BICEP_TYPES_DIR [MORE_TYPES_DIR...]",
               file=sys.stderr)
-        return 3
-    findings = check_tree(Path(args[0]), reference)
+        return 2
+    reference, extra = Path(args[1]), [Path(a) for a in args[2:]]
+    for directory in (reference, *extra):
+        if not (directory / "index.json").is_file():
+            print(f"bicep_types: no index.json in {directory} (a bicep-types reference directory)",
+                  file=sys.stderr)
+            return 3
+    findings = check_tree(Path(args[0]), reference, *extra)
     for finding in findings:
         print(finding)
     print(f"{len(findings)} finding(s) against {reference}")

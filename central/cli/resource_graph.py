@@ -52,9 +52,10 @@ def credential() -> Any:
 
 
 def read(cred: Any, subscriptions: Sequence[str], endpoint: str = DEFAULT_ENDPOINT,
-         max_rows: int = MAX_ROWS, page_rows: int = PAGE_ROWS) -> GraphRead:
-    """Every scheduled-event row the login can read in `subscriptions` (none: every subscription it can
-    read), up to `max_rows`."""
+         max_rows: int = MAX_ROWS, page_rows: int = PAGE_ROWS, query: str = QUERY,
+         management_groups: Sequence[str] = ()) -> GraphRead:
+    """Every row of `query` (default: the scheduled events) the login can read in `subscriptions` or
+    `management_groups` (none: every subscription it can read), up to `max_rows`."""
     from azure.core.exceptions import (
         ClientAuthenticationError,
         HttpResponseError,
@@ -74,7 +75,8 @@ def read(cred: Any, subscriptions: Sequence[str], endpoint: str = DEFAULT_ENDPOI
         while len(out.rows) < max_rows:
             top = min(page_rows, PAGE_ROWS, max_rows - len(out.rows))
             options = QueryRequestOptions(top=top, skip_token=token, result_format="objectArray")
-            request = QueryRequest(query=QUERY, subscriptions=list(subscriptions) or None, options=options)
+            request = QueryRequest(query=query, subscriptions=list(subscriptions) or None,
+                                   management_groups=list(management_groups) or None, options=options)
             try:
                 page = client.resources(request, **call)
             except ClientAuthenticationError as exc:

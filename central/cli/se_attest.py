@@ -22,7 +22,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence, TextIO
+from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
 from central.cli.closed_pipe import survives_closed_pipe
 from central.intake import aia, attested, trust_store
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         if fail.issuer:
             print(f"issuer not chained: {fail.issuer} (docs/security.md, 'When Azure changes its CA')",
                   file=out)
+        print_expiry(trust_store.expiry(trust, when), out)
         return EXIT_REFUSED
     print(f"verified at {_day(when)} (domains {', '.join(trust.domains)})", file=out)
     print(f"vmId:         {doc.claims.get('vmId')}", file=out)
@@ -114,7 +115,20 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     for cert, source in zip(doc.chain, doc.sources):
         print(f"  {source:<8} {name_of(cert.subject)}  [{_day(cert.not_valid_before_utc)} .. "
               f"{_day(cert.not_valid_after_utc)}]", file=out)
+    print_expiry(trust_store.expiry(trust, when), out)
     return EXIT_OK
+
+
+def print_expiry(found: Dict[str, Any], out: TextIO) -> None:
+    """The trust's earliest expiry as of the check's time, and a WARNING within 180 days of it."""
+    if found.get("earliest"):
+        print(f"trust: earliest expiry {found['earliest']} ({found['subject']}, {found['source']}), "
+              f"{found['daysLeft']} days after the check's time", file=out)
+    if found.get("warning"):
+        print(f"WARNING: {found['warning']}", file=out)
+    for cert in found.get("expired") or []:
+        print(f"expired in the trust: {cert['subject']} ({cert['source']}) ended {cert['notAfter']}",
+              file=out)
 
 
 @survives_closed_pipe

@@ -12,7 +12,7 @@ azure-identity (az login, environment, managed identity...); --token (default $S
 token got elsewhere, e.g. `az account get-access-token --resource api://<client id> --query accessToken
 -o tsv`. --url defaults to $SE_CENTRAL_URL. Exit codes: 0 every VM live (reverify: nothing left held), 1 some
 VM silent (reverify: envelopes still held for trust), 3 bad usage, 4 central unreachable or refusing, 5 no
-token (sign in).
+token (sign in). pending, show, approve, hold, release: se_fleet_events.py (6 no such event, 7 refused).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 
+from central.cli import coverage_command, se_fleet_events
 from central.cli.closed_pipe import survives_closed_pipe
 
 EXIT_OK, EXIT_SILENT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NO_TOKEN = 0, 1, 3, 4, 5
@@ -99,6 +100,11 @@ def render(fleet: Dict[str, Any], silent_only: bool = False) -> str:
     held = fleet.get("heldForTrust") or {}
     if held.get("count"):
         lines.append(held_line(held))
+    gone = held.get("givenUp") or {}
+    if gone.get("count"):
+        vms = ", ".join(f"{v['vm']} ({v['count']})" for v in gone.get("vms") or [])
+        lines.append(f"WARNING: {gone['count']} envelope(s) held for trust were given up unverified after "
+                     f"{held.get('keptDays')} days (AUTHN_HELD_DAYS), last at {gone.get('last')}: {vms}")
     return "\n".join(lines)
 
 
@@ -121,7 +127,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
     again = sub.add_parser("reverify", help="re-verify the envelopes kept for a trust failure now (Operator)")
-    for one in (status, again):
+    for one in (status, again, *se_fleet_events.register(sub)):
         one.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
                          help="the Function app's URL (default $SE_CENTRAL_URL)")
         one.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
@@ -130,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
                          help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
         one.add_argument("--json", action="store_true", help="central's answer as JSON")
     status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
+    coverage_command.register(sub)
     return top
 
 
@@ -138,9 +145,13 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     out = out or sys.stdout
     try:
         args = parser().parse_args(argv)
+        if args.command == "coverage":
+            return coverage_command.run(args, out, fetch, operator_token, NoToken)
         if not args.url or not (args.api or args.token):
             raise UsageError("give --url and --api or --token (or set SE_CENTRAL_URL and SE_OPERATOR_API)")
         token = args.token or operator_token(args.api)
+        if args.command in se_fleet_events.COMMANDS:  # pending, show, approve, hold, release
+            return se_fleet_events.run(args, token, out, sys.stderr)
         if args.command == "reverify":
             answer = fetch(args.url, token, 120.0, "authn/reverify", "POST")
             print(json.dumps(answer, indent=2) if args.json else render_reverify(answer), file=out)

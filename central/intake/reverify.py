@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from central.model.alert import Alert
 from central.model.envelope import BadEnvelope, Envelope
 from central.model.times import iso
 
@@ -106,6 +107,48 @@ def summary(held: Sequence[Held]) -> Dict[str, object]:
     oldest = min((h.enqueued for h in held), default=None)
     return {"count": len(held), "oldest": iso(oldest) if oldest else None,
             "issuers": [i for i, _ in sorted(issuers.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]}
+
+
+def vm_of(row: Mapping[str, Any]) -> str:
+    """A kept row's VM: the vmId its sender claimed (a refused envelope's name is not recorded), else
+    its name."""
+    return str(row.get("VmId") or row.get("VmName") or "(no VM)")
+
+
+def by_vm(rows: Sequence[Mapping[str, Any]], most: int = 20) -> List[Tuple[str, int]]:
+    """(VM, count) of rows, the most first, at most `most` VMs."""
+    counts: Dict[str, int] = {}
+    for row in rows:
+        counts[vm_of(row)] = counts.get(vm_of(row), 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:most]
+
+
+def given_up_summary(rows: Sequence[Mapping[str, Any]]) -> Dict[str, object]:
+    """Health's record of the kept rows given up past the keep window: how many, of which VMs, when last."""
+    last = max((r["ReverifiedAt"] for r in rows if isinstance(r.get("ReverifiedAt"), datetime)), default=None)
+    return {"count": len(rows), "vms": [{"vm": vm, "count": n} for vm, n in by_vm(rows)],
+            "last": iso(last) if last else None}
+
+
+def given_up_alert(rows: Sequence[Mapping[str, Any]], days: int, now: datetime) -> Alert:
+    """One critical alert for the rows this sweep gave up (the caller marked them done under their ETags, so
+    two instances never alert on the same row): how many envelopes of which VMs, and what to do."""
+    vms = by_vm(rows)
+    named = ", ".join(f"{vm} ({n})" for vm, n in vms) + (" and others" if len(by_vm(rows, 10**6)) > len(vms)
+                                                          else "")
+    keys = sorted(f"{r['PartitionKey']}/{r['RowKey']}" for r in rows)
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    oldest = min((str(r["PartitionKey"]) for r in rows), default="")
+    return Alert(
+        f"held-given-up:{digest}", "held-given-up", "critical",
+        f"{len(rows)} envelope(s) kept for a trust failure were given up unverified",
+        f"{len(rows)} envelope(s) refused for a trust failure stayed unverifiable for more than "
+        f"AUTHN_HELD_DAYS ({days} days) and were given up: never applied. VMs: {named}. They stay in the "
+        f"Quarantine table (Reverified = given-up, oldest day {oldest}); what they reported is lost to "
+        "central's decisions. "
+        "Repair the trust (docs/security.md, the CA-change runbook) so newer envelopes verify.",
+        now, facts={"count": len(rows), "vms": [{"vm": vm, "count": n} for vm, n in vms], "days": days,
+                    "oldestDay": oldest})
 
 
 def _first(bad: object) -> str:

@@ -129,9 +129,14 @@ class SenderAuth:
         self.accepted_unsigned -= count
         self.refused += count
 
-    def status(self) -> Dict[str, Any]:
+    def status(self, now: Optional[dt.datetime] = None) -> Dict[str, Any]:
+        """Health's view; `now` (default: the clock) dates the trust's expiry warning."""
         out: Dict[str, Any] = {"enabled": self.enabled, "mode": self.mode, "accepted": self.accepted,
                                "refused": self.refused}
+        if self.trust is not None:
+            from central.intake import trust_store
+
+            out["trustExpiry"] = trust_store.expiry(self.trust, now or dt.datetime.now(dt.timezone.utc))
         if self.mode == "preferred":
             out["acceptedUnsigned"] = self.accepted_unsigned
         if self.mode == "off":

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import re
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -79,3 +80,35 @@ def default_trust(operator_pem: str = "", domains: Union[str, Sequence[str]] = a
     intermediates = (*shipped(), *(c for c in operator if not attested.self_signed(c)))
     return attested.TrustConfig(roots, intermediates, attested.domain_list(domains), skew_seconds,
                                 allow_digit_nonce, sources, fetch)
+
+
+EXPIRY_WARNING_DAYS = 180  # health and se-attest warn this long before the trust's earliest expiry
+
+
+def expiry(trust: attested.TrustConfig, now: datetime) -> Dict[str, Any]:
+    """When the trust central verifies with starts to age out, as of `now` (pure): the earliest expiry of
+    the certificates still valid (roots, shipped intermediates, AUTHN_TRUST_PEM's), a warning within
+    EXPIRY_WARNING_DAYS of it, and those already expired (they can chain nothing: an operator's should be
+    removed from AUTHN_TRUST_PEM)."""
+    certs = [*trust.roots, *trust.intermediates]
+    live = sorted((c for c in certs if c.not_valid_after_utc > now), key=lambda c: c.not_valid_after_utc)
+    out: Dict[str, Any] = {"expired": [{"subject": _cn(c), "source": trust.source(c),
+                                        "notAfter": _iso(c.not_valid_after_utc)}
+                                       for c in certs if c.not_valid_after_utc <= now]}
+    if not live:
+        return {**out, "earliest": None, "warning": "every certificate of the trust has expired"}
+    first = live[0]
+    days = int((first.not_valid_after_utc - now).total_seconds() // 86400)
+    out.update({"earliest": _iso(first.not_valid_after_utc), "subject": _cn(first),
+                "source": trust.source(first), "daysLeft": days, "warning": None})
+    if days < EXPIRY_WARNING_DAYS:
+        fix = {"operator": "replace it in AUTHN_TRUST_PEM", "shipped": "upgrade central (a release ships its "
+               "successor; until then the successor is fetched through AIA)"}.get(out["source"],
+                                                                                  "upgrade certifi")
+        out["warning"] = (f"{out['subject']} ({out['source']}) expires {out['earliest']}, in {days} days: "
+                          f"{fix} (docs/security.md, 'When Azure changes its CA')")
+    return out
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

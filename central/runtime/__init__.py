@@ -13,14 +13,16 @@ cheap): `CentralService`, `configure_metrics` (Application Insights), `propertie
 Hubs application properties that sender authentication reads), and the operator API's callers
 (`operator_access`): `signed_in` (a principal the platform vouched for, with a role) and `named_key` (the
 automation route's named function key); and the two refusals an operator call can meet, `UnknownEvent`
-(404) and `InvalidRequest` (409), so that any other error stays an error.
+(404) and `InvalidRequest` (409), so that any other error stays an error; and `console_asset` (the on-call
+console's files, central/runtime/console.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CentralService", "InvalidRequest", "UnknownEvent", "configure_metrics", "named_key",
+__all__ = ["CentralService", "InvalidRequest", "UnknownEvent", "configure_metrics", "console_asset",
+           "named_key",
            "properties_of", "signed_in"]
 
 
@@ -41,6 +43,10 @@ def __getattr__(name: str) -> Any:
         from central.intake.sender import properties_of
 
         return properties_of
+    if name == "console_asset":
+        from .console import asset
+
+        return asset
     if name in ("signed_in", "named_key"):
         from . import operator_access
 

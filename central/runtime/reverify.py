@@ -13,6 +13,9 @@ When it runs (CentralService):
   RETRY_SECONDS (an AIA host that became reachable again, with no setting changed; one query when
   nothing is held);
 - at once on the operator's `POST /api/authn/reverify` (`se-fleet reverify`).
+
+Rows past the keep window (AUTHN_HELD_DAYS) are given up on the timer, once a day per instance
+(`give_up`): marked done under their ETags and named in one critical alert, so none leaves the count unseen.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from central.intake import reverify as planning
 from central.intake.plan import Item
+from central.model.alert import Alert
 from central.model.envelope import INCARNATION
 from central.model.times import aware
 from central.store import held as kept
@@ -35,6 +39,7 @@ from .results import BatchResult
 log = logging.getLogger("central.reverify")  # stable: docs and queries select on it
 
 RETRY_SECONDS = 3600.0
+SWEEP_SECONDS = 86400.0  # rows past the keep window are looked for once a day per instance (and at its start)
 SUMMARY_SECONDS = 60.0  # health's count of held envelopes is at most this old (one query per minute)
 OUTCOMES = ("verified", "applied", "superseded", "refused", "duplicate", "untrusted", "unreadable",
             "raced")
@@ -56,10 +61,13 @@ class Reverifier:
     """One per CentralService. `apply(items, now, result)` commits items through ingest, in order."""
 
     def __init__(self, store: TableLog, verify: planning.Verify,
-                 apply: Callable[[List[Item], datetime, BatchResult], Set[str]]) -> None:
+                 apply: Callable[[List[Item], datetime, BatchResult], Set[str]],
+                 days: int = kept.HELD_DAYS) -> None:
         self.store = store
         self.verify = verify
         self.apply = apply
+        self.days = days  # AUTHN_HELD_DAYS: the keep window
+        self.last_sweep: Optional[datetime] = None
         self.by = f"{socket.gethostname()}:{os.getpid()}"
         self.last_run: Optional[datetime] = None
         self.last: Dict[str, int] = {}
@@ -76,7 +84,7 @@ class Reverifier:
         """Re-verify and apply what can be; returns the events to decide about. StoreError propagates
         (a claimed row's claim then lapses and a later run takes it again)."""
         self.last_run = now
-        rows = kept.read(self.store, now)
+        rows = kept.read(self.store, now, days=self.days)
         counts = {k: 0 for k in OUTCOMES}
         steps = planning.plan([held_of(e, etag) for e, etag in rows], self.verify)
         for step in steps:
@@ -118,13 +126,43 @@ class Reverifier:
                         ", ".join(f"{k} {v}" for k, v in counts.items() if v))
         return touched
 
+    def give_up(self, now: datetime) -> Optional[Alert]:
+        """The timer's daily sweep: mark every kept row past the keep window given up (under its ETag: of two
+        instances sweeping at once, each marks and alerts on the rows it won) and return the one critical
+        alert that names them, or None."""
+        if self.last_sweep is not None and (now - self.last_sweep).total_seconds() < SWEEP_SECONDS:
+            return None
+        self.last_sweep = now
+        rows = kept.expired(self.store, now, self.days)
+        if not rows:
+            return None
+        reason = f"past AUTHN_HELD_DAYS ({self.days} days) without verifying: given up, never applied"
+        marks = [(str(e["PartitionKey"]), str(e["RowKey"]), etag, kept.GIVEN_UP, reason) for e, etag in rows]
+        marked = kept.done(self.store, marks, now)
+        mine = [e for e, _ in rows if (e["PartitionKey"], e["RowKey"]) in marked]
+        self._summary = None
+        if not mine:
+            return None
+        log.error("se.reverify given-up: %d kept envelope(s) past the %d-day keep window: %s", len(mine),
+                  self.days, ", ".join(f"{vm} {n}" for vm, n in planning.by_vm(mine)))
+        return planning.given_up_alert(mine, self.days, now)
+
     def summary(self, now: datetime) -> Dict[str, Any]:
-        """Envelopes held for trust (count, oldest receive time, issuers), read at most once a minute."""
+        """Envelopes held for trust (count, oldest receive time, issuers), those given up past the keep
+        window (`givenUp`) and those past it not yet given up (`pastWindow`), read at most once a minute."""
         cached = self._summary
-        if cached is not None and now - cached[0] < timedelta(seconds=SUMMARY_SECONDS):
+        if cached is not None and timedelta(0) <= now - cached[0] < timedelta(seconds=SUMMARY_SECONDS):
             return cached[1]
-        rows = kept.read(self.store, now, columns=kept.SUMMARY_COLUMNS)
-        found: Dict[str, Any] = planning.summary([held_of(e, etag) for e, etag in rows])
+        rows = kept.recent(self.store, now, self.days)
+        window = kept.first_kept_day(now, self.days)
+        held = [held_of(e, etag) for e, etag in rows
+                if str(e["PartitionKey"]) >= window and kept.pending(e, now)]
+        found: Dict[str, Any] = planning.summary(held)
+        found["keptDays"] = self.days
+        gone = [e for e, _ in rows if e.get("Reverified") == kept.GIVEN_UP]
+        found["givenUp"] = planning.given_up_summary(gone)
+        found["pastWindow"] = sum(1 for e, _ in rows
+                                  if str(e["PartitionKey"]) < window and kept.pending(e, now))
         if self.last_run is not None:
             found["lastRun"] = {"at": self.last_run.isoformat(), **{k: v for k, v in self.last.items() if v}}
         self._summary = (now, found)

@@ -105,7 +105,8 @@ class CentralService:
         self._policy_alerted = False
         # envelopes kept for a trust failure, re-verified once trust is repaired (central.runtime.reverify)
         self.reverifier = Reverifier(store, lambda body, at, props: parse(body, at, self._recheck, props),
-                                     lambda items, at, result: self.ingest.apply(items, at, result))
+                                     lambda items, at, result: self.ingest.apply(items, at, result),
+                                     settings.authn_held_days)
         self.desk = OperatorDesk(self.state, store, self.evaluator, self.actor, self.config, self._lock,
                                  self._flush)
 
@@ -124,6 +125,7 @@ class CentralService:
         alerter = WebhookAlerter(
             url=typed.webhook_url,
             fmt=typed.webhook_format,
+            public_url=typed.public_url,
             max_attempts=typed.alert_attempts,
             backoff=typed.alert_backoff,
             timeout=typed.alert_timeout,
@@ -223,6 +225,9 @@ class CentralService:
                     self._raise_row(alert, result)
                 if self.sender_auth.enabled and self.reverifier.due(now):
                     self.reverifier.run(now, result)  # the timer decides every active event anyway
+                given_up = self.reverifier.give_up(now) if self.sender_auth.enabled else None
+                if given_up is not None:  # past AUTHN_HELD_DAYS: marked, counted, and said once
+                    self._raise_row(given_up, result)
 
             self._run(now, result, lambda: (before(), None)[1], timer=True)
             return result.decisions
@@ -262,20 +267,14 @@ class CentralService:
             out["heldForTrust"] = self.held_for_trust(now)
             return out
 
-    def health(self) -> Dict[str, Any]:
+    def health(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
+            now = aware(now)
             return views.health(
-                self.state,
-                self.policy,
-                self.policy_error is None,
-                self.settings,
-                aware(None),
-                self.counters,
-                self.store.staged_count,
-                self.transport.requests if self.transport else None,
-                {**self.sender_auth.status(), "heldForTrust": self.held_for_trust()},
-                self._shadow_status(),
-            )
+                self.state, self.policy, self.policy_error is None, self.settings, now, self.counters,
+                self.store.staged_count, self.transport.requests if self.transport else None,
+                {**self.sender_auth.status(now), "heldForTrust": self.held_for_trust(now)},
+                self._shadow_status())
 
     def _shadow_status(self) -> Optional[Dict[str, Any]]:
         if self.evaluator.shadow is not None:

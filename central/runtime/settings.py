@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from azure.core.pipeline.transport import RequestsTransport
 
@@ -70,6 +71,7 @@ class CentralSettings:
     policy_json: str = ""
     shadow_json: str = ""  # POLICY_SHADOW_JSON: a candidate policy whose verdicts are recorded, never sent
     webhook_url: str = ""
+    public_url: str = ""  # APP_PUBLIC_URL (https://<app host>): alerts link to the console's event page
     webhook_format: str = "generic"
     status_alert_floor: str = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY
     table_prefix: str = ""
@@ -83,6 +85,7 @@ class CentralSettings:
     authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: roots/intermediates added to the shipped trust
     authn_metadata_domains: str = ""  # AUTHN_METADATA_DOMAINS (comma-separated); empty: public + US Gov
     authn_aia_hosts: str = ""  # AUTHN_AIA_HOSTS (comma-separated); empty: Microsoft's and DigiCert's
+    authn_held_days: int = 7  # AUTHN_HELD_DAYS: days a trust-refused envelope is kept for re-verification
     report_grace: float = 120.0  # REPORT_GRACE_SECONDS (central.policy.witness)
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
@@ -104,6 +107,7 @@ class CentralSettings:
             policy_json=s.get("POLICY_JSON") or "",
             shadow_json=s.get("POLICY_SHADOW_JSON") or "",
             webhook_url=(s.get("ALERT_WEBHOOK_URL") or "").strip(),
+            public_url=_public_url(s),
             webhook_format=(s.get("ALERT_WEBHOOK_FORMAT") or "generic").strip().lower(),
             status_alert_floor=_status_alert_floor(s),
             table_prefix=prefix,
@@ -119,6 +123,7 @@ class CentralSettings:
             authn_mode=(s.get("AUTHN_MODE") or "required").strip().lower(),
             authn_metadata_domains=(s.get("AUTHN_METADATA_DOMAINS") or "").strip(),
             authn_aia_hosts=(s.get("AUTHN_AIA_HOSTS") or "").strip(),
+            authn_held_days=_held_days(s),
             report_grace=_number(s, "REPORT_GRACE_SECONDS", 120.0),
             claims_per_hour=int(_number(s, "CLAIMS_COUNTED_PER_HOUR", 4)),
             confirm_scopes=(s.get("PLATFORM_CONFIRM_SCOPES") or "").strip(),
@@ -127,6 +132,14 @@ class CentralSettings:
             arm_endpoint=_arm_endpoint(s),
             arm_api_version=_arm_api_version(s),
         )
+
+
+def _held_days(settings: Mapping[str, str]) -> int:
+    """AUTHN_HELD_DAYS: whole days, 1 to 365 (Quarantine's partitions are UTC days)."""
+    text = (settings.get("AUTHN_HELD_DAYS") or "7").strip()
+    if not text.isdigit() or not 1 <= int(text) <= 365:
+        raise SettingsError(f"AUTHN_HELD_DAYS must be a whole number of days from 1 to 365, got {text!r}")
+    return int(text)
 
 
 def _status_alert_floor(settings: Mapping[str, str]) -> str:
@@ -212,3 +225,14 @@ def storage_clients(
         TableServiceClient(endpoint=table_uri, credential=credential, **extra),
         QueueServiceClient(account_url=queue_uri, credential=credential, **queue_extra),
     )
+
+
+def _public_url(s: Mapping[str, str]) -> str:
+    """APP_PUBLIC_URL: the app's https base URL (http only on loopback, for the sandbox), or empty."""
+    url = (s.get("APP_PUBLIC_URL") or "").strip().rstrip("/")
+    parts = urlsplit(url)
+    loopback = parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
+    bad = not parts.netloc or not (parts.scheme == "https" or loopback) or parts.query or parts.fragment
+    if url and bad:
+        raise SettingsError(f"APP_PUBLIC_URL must be the app's base URL, https://<host> (got {url!r})")
+    return url

@@ -37,7 +37,19 @@ def event(state: FleetState, event_id: str, now: datetime) -> Dict[str, Any]:
         raise UnknownEvent(f"no event {event_id!r} is known to central")
     view = rec.view()
     view["decisions"] = history(state.store, rec, now)
+    view["alerts"] = alerts(state.store, rec, now)
     return view
+
+
+def alerts(store: TableLog, rec: EventRecord, now: datetime) -> List[Dict[str, Any]]:
+    """The alerts sent about the event (Alerts rows naming it), oldest first: what the on-call person got."""
+    last = (rec.ended_at or now) + timedelta(days=1)
+    found = store.query("Alerts", "PartitionKey ge @d0 and PartitionKey le @d1 and EventId eq @e",
+                        {"d0": day(rec.first_seen - timedelta(days=1)), "d1": day(last), "e": rec.event_id})
+    rows = sorted(found, key=lambda r: (str(r.get("At")), r["RowKey"]))
+    return [{"at": iso(aware(r["At"])) if isinstance(r.get("At"), datetime) else r.get("At"),
+             "kind": r.get("Kind"), "severity": r.get("Severity"), "title": r.get("Title"),
+             "status": r.get("Status") or None, "outcome": r.get("Outcome")} for r in rows[:HISTORY_LIMIT]]
 
 
 def history(store: TableLog, rec: EventRecord, now: datetime) -> List[Dict[str, Any]]:

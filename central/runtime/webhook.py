@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -35,9 +35,18 @@ def idempotency_key(alert: Alert) -> str:
     return "se-" + hashlib.sha256(alert.key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
+def console_link(alert: Alert, public_url: str) -> Optional[str]:
+    """The event's page in the on-call console (APP_PUBLIC_URL), or None (no URL set, or no event)."""
+    if not public_url or not alert.event_id:
+        return None
+    return f"{public_url.rstrip('/')}/api/console/#event={quote(alert.event_id, safe='')}"
+
+
+def payload(alert: Alert, fmt: str, public_url: str = "") -> Dict[str, Any]:
     """The webhook body for `fmt` (each carries the idempotency key: generic `idempotencyKey`,
-    Teams/Slack as a fact, since their schemas have no free field)."""
+    Teams/Slack as a fact, since their schemas have no free field), and the event's console link:
+    generic `link`; a Teams and a Slack button."""
+    link = console_link(alert, public_url)
     facts = {k: ("" if v is None else str(v)) for k, v in alert.facts.items()}
     if fmt != "generic":
         facts["idempotencyKey"] = idempotency_key(alert)
@@ -50,6 +59,8 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
             "title": alert.title,
             "text": alert.text,
             "sections": [{"facts": [{"name": k, "value": v} for k, v in facts.items()]}],
+            **({"potentialAction": [{"@type": "OpenUri", "name": "Open in the console",
+                                     "targets": [{"os": "default", "uri": link}]}]} if link else {}),
         }
     if fmt == "slack":
         fields = [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in list(facts.items())[:10]]
@@ -59,6 +70,10 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
         ]
         if fields:
             blocks.append({"type": "section", "fields": fields})
+        if link:
+            blocks.append({"type": "actions", "elements": [{
+                "type": "button", "text": {"type": "plain_text", "text": "Open in the console"},
+                "url": link}]})
         return {"text": f"[{alert.severity}] {alert.title}", "blocks": blocks}
     return {
         "schemaVersion": 1,
@@ -72,6 +87,7 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
         "status": alert.status,
         "at": iso(alert.at),
         "facts": alert.facts,
+        "link": link,
     }
 
 
@@ -79,6 +95,7 @@ def payload(alert: Alert, fmt: str) -> Dict[str, Any]:
 class WebhookAlerter:
     url: str = ""
     fmt: str = "generic"
+    public_url: str = ""  # APP_PUBLIC_URL: alerts link to the event's console page
     max_attempts: int = 3
     backoff: float = 0.5
     timeout: float = 5.0
@@ -104,7 +121,7 @@ class WebhookAlerter:
                 False, 0, "not tried: the webhook failed earlier in this call (the timer retries)"
             )
         attempts = max(1, self.max_attempts)
-        body = payload(alert, self.fmt)
+        body = payload(alert, self.fmt, self.public_url)
         error = ""
         status: Optional[int] = None
         for attempt in range(1, attempts + 1):

@@ -7,6 +7,10 @@ race on the claim: the loser's conditional merge fails (412) and it skips the ro
 at most once while its claim stands; an instance that dies after claiming leaves a claim that lapses, and
 the next run applies the row again (ingest is idempotent: a replayed incarnation or heartbeat is stale).
 A done row stays in the table (nothing is deleted): the Quarantine table is the record.
+
+A row is re-verified while it is younger than the keep window (AUTHN_HELD_DAYS, by its UTC day partition).
+Past it, it is given up (`expired` finds it): marked done with `Reverified` = given-up, counted in health
+and alerted on, so nothing leaves the count unseen.
 """
 
 from __future__ import annotations
@@ -19,20 +23,47 @@ from central.model.times import aware
 from .log_rows import day
 from .tables import MAX_OPS, Conflict, Op, TableLog
 
-HELD_DAYS = 7  # kept rows older than this are not re-verified automatically (they stay in Quarantine)
+HELD_DAYS = 7  # AUTHN_HELD_DAYS' default: kept rows older than this are given up, not re-verified
+GIVEN_UP = "given-up"  # the `Reverified` outcome of a row that passed the keep window
+SHOWN_DAYS = 30  # health shows rows given up in the partitions this many days past the window
 CLAIM_SECONDS = 600
-SUMMARY_COLUMNS = ["PartitionKey", "RowKey", "EnqueuedAt", "TrustIssuer", "Reverify", "ReverifyUntil"]
+SUMMARY_COLUMNS = ["PartitionKey", "RowKey", "EnqueuedAt", "TrustIssuer", "Reverify", "ReverifyUntil",
+                   "Reverified", "ReverifiedAt", "VmId", "VmName"]
 
 
 def read(store: TableLog, now: datetime, columns: Optional[List[str]] = None,
          days: int = HELD_DAYS) -> List[Tuple[Dict[str, Any], str]]:
     """(entity, etag) of every trust-refused row of the last `days` days not done and not claimed by a
-    live claim. `columns`: only those (health's summary); None: whole rows."""
-    found = store.query_with_etags(
-        "Quarantine", "PartitionKey ge @d0 and PartitionKey le @d1 and FailureClass eq @trust",
-        {"d0": day(now - timedelta(days=days)), "d1": day(now + timedelta(days=1)), "trust": "trust"},
-        select=columns)
+    live claim. `columns`: only those; None: whole rows."""
+    found = _trust_rows(store, "PartitionKey ge @d0 and PartitionKey le @d1",
+                        {"d0": first_kept_day(now, days), "d1": day(now + timedelta(days=1))}, columns)
     return [(e, etag) for e, etag in found if pending(e, now)]
+
+
+def first_kept_day(now: datetime, days: int) -> str:
+    """The oldest day partition still re-verified; older partitions are past the keep window."""
+    return day(now - timedelta(days=days))
+
+
+def recent(store: TableLog, now: datetime, days: int = HELD_DAYS) -> List[Tuple[Dict[str, Any], str]]:
+    """Health's view, one query: every trust-refused row (summary columns) from SHOWN_DAYS past the keep
+    window up to today, done or not (central.intake.reverify.summary sorts them)."""
+    since = day(now - timedelta(days=days + SHOWN_DAYS))
+    return _trust_rows(store, "PartitionKey ge @d0 and PartitionKey le @d1",
+                       {"d0": since, "d1": day(now + timedelta(days=1))}, SUMMARY_COLUMNS)
+
+
+def expired(store: TableLog, now: datetime, days: int = HELD_DAYS) -> List[Tuple[Dict[str, Any], str]]:
+    """(entity, etag) of every trust-refused row past the keep window that is not done nor under a live
+    claim, however old (summary columns): the rows to give up."""
+    found = _trust_rows(store, "PartitionKey lt @d0", {"d0": first_kept_day(now, days)}, SUMMARY_COLUMNS)
+    return [(e, etag) for e, etag in found if pending(e, now)]
+
+
+def _trust_rows(store: TableLog, where: str, params: Dict[str, Any],
+                columns: Optional[List[str]]) -> List[Tuple[Dict[str, Any], str]]:
+    return store.query_with_etags("Quarantine", f"{where} and FailureClass eq @trust",
+                                  {**params, "trust": "trust"}, select=columns)
 
 
 def pending(entity: Dict[str, Any], now: datetime) -> bool:
@@ -55,13 +86,14 @@ def claim(store: TableLog, rows: Sequence[Tuple[str, str, str]], now: datetime,
                                            "ReverifyBy": by[:128], "ReverifyUntil": until})
 
 
-def done(store: TableLog, rows: Sequence[Tuple[str, str, str, str, str]], now: datetime) -> int:
-    """Mark claimed rows (partition, row, etag of the claim, outcome, reason) done; returns how many (a row
-    whose claim lapsed and another instance took is left to that one)."""
+def done(store: TableLog, rows: Sequence[Tuple[str, str, str, str, str]],
+         now: datetime) -> Dict[Tuple[str, str], str]:
+    """Mark rows (partition, row, etag, outcome, reason) done, each under its ETag; returns those marked
+    {(partition, row): new ETag} (a row whose claim lapsed and another instance took is left to that one)."""
     marks = {(p, r): (o, why) for p, r, _, o, why in rows}
-    return len(_each(store, [(p, r, e) for p, r, e, _, _ in rows], lambda p, r: {
+    return _each(store, [(p, r, e) for p, r, e, _, _ in rows], lambda p, r: {
         "PartitionKey": p, "RowKey": r, "Reverify": "done", "Reverified": marks[(p, r)][0],
-        "ReverifiedAt": now, "ReverifyReason": marks[(p, r)][1][:1000]}))
+        "ReverifiedAt": now, "ReverifyReason": marks[(p, r)][1][:1000]})
 
 
 def _each(store: TableLog, rows: Sequence[Tuple[str, str, str]],

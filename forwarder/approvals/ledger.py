@@ -19,11 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
 from ..outbox import StateError
-
-try:
-    import fcntl
-except ImportError:  # Windows: the thread lock alone (one service process)
-    fcntl = None  # type: ignore[assignment]
+from . import file_lock
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +29,9 @@ class LedgerError(StateError):
     user, free space). Raised instead of the OSError, so `run`/`approve` end with exit 6 and one line."""
 
 FILE_NAME = "approvals-ledger.json"
+# How long a writer waits for the other process (the daemon or `approve`); a ledger access takes
+# milliseconds, so a lock held this long means a process hangs holding it.
+LOCK_TIMEOUT_SECONDS = 60.0
 SECTIONS = ("events", "messages", "fastpath")
 
 
@@ -65,16 +64,19 @@ class Ledger:
                 raise LedgerError(f"cannot open the approval ledger lock {self._lock_path}: "
                                   f"{exc.strerror or exc}; check --state-dir (writable by the service "
                                   "user, free space)") from exc
+            try:
+                file_lock.acquire(lock_file, LOCK_TIMEOUT_SECONDS)
+            except OSError as exc:
+                lock_file.close()
+                raise LedgerError(f"cannot lock the approval ledger {self._lock_path}: {exc}; another "
+                                  "se-forwarder process holds it (is one hung?)") from exc
             self._depth += 1
             try:
-                if fcntl is not None:
-                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
                 self._load()
                 yield
             finally:
                 self._depth -= 1
-                if fcntl is not None:
-                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+                file_lock.release(lock_file)
                 lock_file.close()
 
     def _load(self) -> None:

@@ -29,6 +29,7 @@ from . import message as msgs
 from .approver import Approver
 from .gate import has_scheduled
 from .ledger import Ledger
+from .queue import errors as queue_errors
 from .result import APPROVED, REJECTED, ApprovalResult
 from .settings import ReaderSettings
 
@@ -100,17 +101,18 @@ class ApprovalReader:
         if not self._scheduled:
             self._sleep(IDLE_WAIT if max_wait is None else min(IDLE_WAIT, max_wait))
             return
-        from azure.core.exceptions import AzureError
-
+        unavailable, _missing = queue_errors()
         try:
             more = self.poll_once()
             self._backoff.reset()
             wait = 0.0 if more else self.interval()
-        except AzureError as exc:
+        except unavailable as exc:
             self.stats["errors"] += 1
             first = str(exc).splitlines()[0][:200] if str(exc) else ""
             self.last_error = f"{type(exc).__name__}: {first}"
             wait = max(0.5, self._backoff.next_delay())
+            if getattr(exc, "retry_after", None):  # throttled (429/503): never sooner than the service asks
+                wait = max(wait, min(float(exc.retry_after), max(1.0, self.settings.slow_interval)))
             log.warning("approval queue unavailable (%s); retrying in %.1fs", self.last_error, wait)
         if max_wait is not None:
             wait = min(wait, max_wait)
@@ -130,8 +132,7 @@ class ApprovalReader:
 
     def poll_once(self) -> bool:
         """One receive (one queue transaction) and every message in it. True if the batch was full."""
-        from azure.core.exceptions import ResourceNotFoundError
-
+        _unavailable, missing = queue_errors()
         self.stats["receives"] += 1
         try:
             received = list(
@@ -141,7 +142,7 @@ class ApprovalReader:
                     visibility_timeout=self.settings.visibility_timeout,
                 )
             )
-        except ResourceNotFoundError:
+        except missing:
             if not self.queue_missing:
                 log.info(
                     "approval queue %s does not exist (yet): no approvals; polling slowly",
@@ -260,13 +261,12 @@ class ApprovalReader:
         return result
 
     def _set_aside(self, item: Any, reason: str) -> str:
-        from azure.core.exceptions import AzureError
-
+        unavailable, _missing = queue_errors()
         if self.poison_queue is not None:
             try:
                 self.poison_queue.send_message(item.content)
                 return f"moved to queue {self.poison_queue.queue_name}"
-            except AzureError as exc:
+            except unavailable as exc:
                 log.warning(
                     "cannot move poison message to %s (%s); deleting it after reporting",
                     getattr(self.poison_queue, "queue_name", "?"),
@@ -304,13 +304,12 @@ class ApprovalReader:
             return None
 
     def _delete(self, item: Any) -> None:
-        from azure.core.exceptions import AzureError, ResourceNotFoundError
-
+        unavailable, missing = queue_errors()
         try:
             self.queue.delete_message(item.id, item.pop_receipt)
-        except ResourceNotFoundError:
+        except missing:
             pass  # already gone (visibility expired and another pass deleted it)
-        except AzureError as exc:
+        except unavailable as exc:
             # The outcome is durable and in the ledger: the next pass re-reports it and deletes.
             log.warning(
                 "message %s handled but not deleted (%s); a later pass will",

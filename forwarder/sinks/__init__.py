@@ -7,6 +7,7 @@ returns the VM's managed-identity credential, for sinks that need tokens).
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Callable, Dict
 
 from .base import Sink, SinkError
@@ -29,8 +30,10 @@ def _stdout(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
 
 
 def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
-    """docs/eventhub-sink.md. Imported here so the file sink never needs azure-eventhub. `credential`:
-    a callable returning the managed identity credential (made only when no connection string)."""
+    """docs/eventhub-sink.md. With the managed identity (production): the REST sink, http.client only;
+    with a connection string (emulator, sandbox AMQP server): the azure-eventhub SDK, imported only then.
+    `credential`: a callable returning the managed identity credential (made only when no connection
+    string)."""
     from ..imds import managed_identity_credential
     from .eventhub import EventHubConfigError, EventHubSettings, EventHubSink
 
@@ -41,6 +44,10 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         settings.check()
     except EventHubConfigError as exc:
         raise SinkUnavailable(str(exc)) from exc
+    if settings.connection_string and not _installed("azure.eventhub"):
+        raise SinkUnavailable("eventhub_connection_string (the emulator, the sandbox AMQP server) needs the "
+                              "azure-eventhub SDK, which the VM install does not carry; on a VM set "
+                              "eventhub_namespace (managed identity, the REST API)")
     token_credential = None
     if not settings.connection_string:
         token_credential = (credential() if credential is not None
@@ -50,7 +57,18 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         from ..attestation import for_sink
 
         authenticator = for_sink(config, limiter)
+    if token_credential is not None:  # managed identity: the REST send API (docs/forwarder.md, "Footprint")
+        from .eventhub_rest import EventHubRestSink
+
+        return EventHubRestSink(settings, token_credential, authenticator=authenticator)
     return EventHubSink(settings, credential=token_credential, authenticator=authenticator)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package (azure) is not installed either
+        return False
 
 
 FACTORIES: Dict[str, Callable[..., Sink]] = {"file": _file, "stdout": _stdout, "eventhub": _eventhub}

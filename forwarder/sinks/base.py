@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Protocol
+from typing import Any, Dict, List, Optional, Protocol
 
 
 class SinkError(Exception):
@@ -15,6 +15,7 @@ class SinkError(Exception):
     def __init__(self, message: str, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after: Optional[float] = None  # seconds the service asked to wait (Retry-After), if any
 
 
 class Sink(Protocol):

@@ -117,6 +117,9 @@ param authnMode string
 @description('Sender authentication: PEM certificates added to the shipped trust (docs/security.md); empty: none.')
 param authnTrustPem string
 
+@description('Sender authentication: days a trust-refused envelope is kept for re-verification (AUTHN_HELD_DAYS).')
+param authnHeldDays int
+
 @description('Sender authentication: comma-separated DNS domains the signer certificate must be under.')
 param authnMetadataDomains string
 
@@ -178,11 +181,14 @@ var appSettingValues = {
   ALERT_TIMEOUT_SECONDS: string(alertTimeoutSeconds)
   AUTHN_MODE: authnMode
   AUTHN_TRUST_PEM: authnTrustPem
+  AUTHN_HELD_DAYS: string(authnHeldDays)
   AUTHN_METADATA_DOMAINS: authnMetadataDomains
   OPERATOR_API_AUDIENCE: 'api://${operatorApiClientId}'
   OPERATOR_API_ISSUERS: 'https://sts.windows.net/${tenant().tenantId}/,${loginEndpoint}${tenant().tenantId}/v2.0'
   OPERATOR_API_JWKS_URL: '${loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
   OPERATOR_KEY_SHA256: operatorKeySha256
+  OPERATOR_CONSOLE_AUTHORITY: '${loginEndpoint}${tenant().tenantId}'
+  APP_PUBLIC_URL: 'https://${site.properties.defaultHostName}'
   AUTHN_AIA_HOSTS: ''
 }
 

@@ -13,12 +13,11 @@
 #>
 [CmdletBinding()]
 param(
-    [Parameter(Mandatory = $true)][string]$Prefix,
+    [Parameter(Mandatory = $true)][string]$Python,
     [Parameter(Mandatory = $true)][string]$Config,
     [Parameter(Mandatory = $true)][string]$StateDir
 )
 $ErrorActionPreference = "Continue"
-$exe = Join-Path $Prefix "venv\Scripts\se-forwarder.exe"
 $log = Join-Path $StateDir "forwarder.log"
 $env:SE_FORWARDER_STATE_DIR = $StateDir
 $env:PYTHONUNBUFFERED = "1"
@@ -28,7 +27,8 @@ while ($true) {
     # 10mb = 10MB in PowerShell; the lower-case form is the one tree-sitter-powershell (make test) reads as a number.
     if ((Test-Path $log) -and ((Get-Item $log).Length -gt 10mb)) { Move-Item -Force $log "$log.1" }
     $started = Get-Date
-    & $exe run --config $Config *>> $log
+    # windows_install.daemon_command(): the bundle's own interpreter, no other Python on the VM
+    & $Python -m forwarder run --config $Config *>> $log
     $code = $LASTEXITCODE
     $ran = ((Get-Date) - $started).TotalSeconds
     if ($NoRestart -contains $code) {

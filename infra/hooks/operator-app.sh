@@ -7,6 +7,9 @@
 #   without a role gets a token). Its client id is saved with `azd env set SE_OPERATOR_API_CLIENT_ID`.
 # - then each object id in SE_OPERATOR_PRINCIPAL_IDS / SE_READER_PRINCIPAL_IDS (comma-separated users,
 #   groups or service principals) is given that app role, once.
+# - with SE_CONSOLE_URL (infra's output, https://<app host>/api/console/; azd passes it to the postprovision
+#   run), the registration gets it as a single-page-application redirect URI, once: the on-call console signs
+#   in there with @azure/msal-browser (auth code + PKCE; docs/console.md).
 # Needs: creating: Application Developer (or Application.ReadWrite.OwnedBy); assigning roles: owner of
 # the service principal (a creator is) or Cloud Application Administrator. Without them, create the
 # registration by hand and set SE_OPERATOR_API_CLIENT_ID (docs/deploy.md).
@@ -14,7 +17,7 @@
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 
-if [ -n "${SE_OPERATOR_API_CLIENT_ID:-}" ] && [ -z "${SE_OPERATOR_PRINCIPAL_IDS:-}${SE_READER_PRINCIPAL_IDS:-}" ]; then
+if [ -n "${SE_OPERATOR_API_CLIENT_ID:-}" ] && [ -z "${SE_OPERATOR_PRINCIPAL_IDS:-}${SE_READER_PRINCIPAL_IDS:-}${SE_CONSOLE_URL:-}" ]; then
   echo "operator-app: operator API api://$SE_OPERATOR_API_CLIENT_ID (given; no role assignments asked for)"
   exit 0
 fi
@@ -64,4 +67,19 @@ assign() {  # $1 role value, $2 comma-separated object ids
 }
 assign Operator "${SE_OPERATOR_PRINCIPAL_IDS:-}"
 assign Reader "${SE_READER_PRINCIPAL_IDS:-}"
+
+if [ -n "${SE_CONSOLE_URL:-}" ]; then  # the console's SPA redirect URI, added to those already there
+  case "$SE_CONSOLE_URL" in https://*) ;; *) fail "SE_CONSOLE_URL must be https://<app host>/api/console/, not $SE_CONSOLE_URL" ;; esac
+  have="$(az ad app show --id "$client" --query "spa.redirectUris" -o json)" || fail "cannot read the redirect URIs of $client"
+  body="$(printf '%s' "$have" | SE_CONSOLE_URL="$SE_CONSOLE_URL" python3 -c 'import json, os, sys
+text = sys.stdin.read().strip()
+uris = (json.loads(text) if text else None) or []
+url = os.environ["SE_CONSOLE_URL"]
+print("" if url in uris else json.dumps({"spa": {"redirectUris": uris + [url]}}))')" || fail "cannot read the redirect URIs of $client"
+  if [ -n "$body" ]; then
+    az rest --method PATCH --uri "https://graph.microsoft.com/v1.0/applications(appId='$client')" --body "$body" >/dev/null \
+      || fail "cannot add the console's redirect URI $SE_CONSOLE_URL to $client: you must own it or be Cloud Application Administrator"
+    echo "operator-app: the console signs in at $SE_CONSOLE_URL (SPA redirect URI)"
+  fi
+fi
 echo "operator-app: operator API api://$client (SE_OPERATOR_API_CLIENT_ID)"

@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import requests
 
 from sandbox import processes
-from sandbox.functions.issuer import LocalIssuer
+from sandbox.functions.issuer import TENANT, LocalIssuer
+from sandbox.functions.signin import PEOPLE
 from sandbox.imds.client import ImdsSimulator
 
 from .vm_agents import start_forwarder
@@ -35,8 +36,7 @@ CONSUMER_GROUP = "central"
 TABLE_PREFIX = "demo"
 FUNCTION_KEY = "demo-local-function-key"  # the local runner's key (not a secret: loopback only)
 # The demo's signed-in people: app role -> (sign-in name, object id) in the local test issuer's tokens.
-OPERATORS = {"Operator": ("olga.operator@contoso.com", "0c0a4f1e-5d7b-4c55-9a3e-7f2d8e6b1a01"),
-             "Reader": ("rita.reader@contoso.com", "9b8e2d44-1f3a-4e6c-8d2b-5a7c9e0f3b02")}
+OPERATORS = PEOPLE  # the same people the sign-in page offers (sandbox/functions/signin.py)
 HOOK_SECONDS = 1.0  # what the drain hook "takes"
 
 
@@ -96,6 +96,9 @@ class FleetSettings:
     platform_feed: bool = False                 # the simulator publishes Azure's own feed to the platform hub
     arm: bool = False                           # central's ARM_ENDPOINT is the simulator's stand-in
     central_extra: Dict[str, str] = field(default_factory=dict)  # more app settings for central
+    sign_in: bool = False                       # the issuer's sign-in endpoints, for the console (HTTPS)
+    token_lifetime: int = 3600                  # seconds a console sign-in's access token lasts
+    platform_auth: bool = True                  # the runner emulates App Service authentication (off: Flex)
 
 
 class Fleet:
@@ -142,6 +145,14 @@ class Fleet:
         return [vm for vm in self.settings.vms if vm.forwarder]
 
     @property
+    def sign_in_authority(self) -> str:
+        return f"https://{processes.LOOPBACK}:{self.servers['signin'].port}/{TENANT}"
+
+    @property
+    def console_url(self) -> str:
+        return f"{self.runner_url}/api/console/"
+
+    @property
     def webhook_url(self) -> str:
         return f"http://{processes.LOOPBACK}:{self.servers['webhook'].port}"
 
@@ -185,6 +196,13 @@ class Fleet:
         self.imds = ImdsSimulator(f"http://{processes.LOOPBACK}:{self.servers['imds'].port}")
         self.servers["webhook"] = processes.start_webhook_receiver(
             ["--record", str(self.work / "alerts.jsonl")], log_dir=self.work)
+        if s.sign_in:  # the console signs in here as against Entra (authority https://127.0.0.1:<port>/<tenant>)
+            self.issuer.init()
+            port = processes.free_port()
+            self.servers["signin"] = processes.start("signin", [
+                sys.executable, "-m", "sandbox.functions.signin", str(self.issuer.directory),
+                "--port", str(port),
+                "--lifetime", str(s.token_lifetime)], {"https": port}, log_dir=self.work)
         # Central as several Function instances: the same settings and consumer group, so the Event Hubs
         # client's load balancing splits the hub's partitions between them (each VM's envelopes reach one
         # instance); HTTP and timer calls land on any. The State table keeps them one.
@@ -210,7 +228,7 @@ class Fleet:
     def _stop_all(self) -> None:
         capture = self.settings.capture and "eventhubs" in self.servers and "azurite" in self.servers
         waves = [list(self.forwarders.values()),
-                 [self.servers[n] for n in (*self.runner_names, "webhook") if n in self.servers],
+                 [self.servers[n] for n in (*self.runner_names, "webhook", "signin") if n in self.servers],
                  # with Capture, the hub stops first: it writes its open windows to Azurite as it goes
                  [self.servers.pop("eventhubs")] if capture else [],
                  [self.servers[n] for n in ("imds", "eventhubs", "azurite") if n in self.servers]]
@@ -269,6 +287,12 @@ class Fleet:
             imds = f"http://{processes.LOOPBACK}:{self.servers['imds'].port}"
             values.update({"ARM_ENDPOINT": imds, "ApprovalStorage__credential": "managedidentity",
                            "AZURE_POD_IDENTITY_AUTHORITY_HOST": imds})
+        port = processes.free_port()
+        if "signin" in self.servers:
+            values["OPERATOR_CONSOLE_AUTHORITY"] = self.sign_in_authority
+            # alerts link to the console on the first instance (any instance serves it)
+            first = self.servers["functions"].port if "functions" in self.servers else port
+            values["APP_PUBLIC_URL"] = f"http://{processes.LOOPBACK}:{first}"
         values.update(s.central_extra)
         self.settings_file.parent.mkdir(parents=True, exist_ok=True)
         self.issuer.init()
@@ -277,8 +301,7 @@ class Fleet:
                        for role, (name, oid) in OPERATORS.items()}
         self.settings_file.write_text(json.dumps(
             {"IsEncrypted": False, "Values": values, "Keys": {"host": {"default": FUNCTION_KEY}},
-             "Auth": self.issuer.auth_section()}, indent=2))
-        port = processes.free_port()
+             "Auth": self.issuer.auth_section(enabled=s.platform_auth)}, indent=2))
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
         return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)

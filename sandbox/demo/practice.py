@@ -43,7 +43,7 @@ def practice_policy(now: datetime) -> Dict[str, Any]:
 def practice_settings(work: Path, now: Optional[datetime] = None) -> FleetSettings:
     """Real time (IMDS notice as in Azure: 15 min for a Reboot), the practice policy, a calmer timer."""
     return FleetSettings(work=work, time_scale=1.0, policy=practice_policy(now or datetime.now(timezone.utc)),
-                         reevaluate_schedule="*/10 * * * * *")
+                         reevaluate_schedule="*/10 * * * * *", sign_in=True, token_lifetime=12 * 3600)
 
 
 def commands(fleet: Fleet) -> Tuple[Dict[str, str], List[Tuple[str, str]]]:
@@ -95,6 +95,8 @@ def banner(fleet: Fleet, policy: Dict[str, Any]) -> str:
         f"central (2 instances, sender authentication on): {env['SE_CENTRAL_URL']}  "
         f"(second instance: http://{processes.LOOPBACK}:{fleet.servers['functions-2'].port})"
         if "functions-2" in fleet.servers else f"central: {env['SE_CENTRAL_URL']}",
+        f"console: {fleet.console_url}  (sign in as Operator or Reader on the local issuer's page, "
+        f"{fleet.sign_in_authority}: accept its self-signed certificate once)",
         f"signed in as {OPERATORS['Operator'][0]} (Operator role, local test issuer): $SE_OPERATOR_TOKEN",
         f"function key (health probes only): {env['SE_FUNCTION_KEY']}",
         f"IMDS admin:   {env['IMDS_ADMIN']}",

@@ -38,6 +38,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--hub", type=parse_hub, action="append", required=True,
                         help="NAME=PARTITIONS[:cg1,cg2]; consumer groups listed => only those and $Default "
                              "exist; none listed => any consumer group name is accepted")
+    parser.add_argument("--http-port", type=int,
+                        help="also serve the REST send endpoint (POST /{hub}/messages) over HTTP here")
     parser.add_argument("--data-dir", type=Path, help="persist events here (append-only, fsync'd per send)")
     parser.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
                         help="events kept in memory per partition, oldest evicted "
@@ -73,7 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"--hub {name} given twice")
         broker.add_hub(name, partitions, groups, data_dir=args.data_dir, max_events=args.max_events)
     capture = _capture(parser, args, broker)
-    asyncio.run(serve(broker, args.port, capture=capture))
+    asyncio.run(serve(broker, args.port, capture=capture, http_port=args.http_port))
     return 0
 
 

@@ -9,13 +9,15 @@ from typing import Optional, Set
 
 from .capture import Capture
 from .connection import Connection
+from .rest import RestFront, serve_http
 from .store import Broker
 
 log = logging.getLogger("sandbox.eventhubs")
 LOOPBACK = "127.0.0.1"
 
 
-async def serve(broker: Broker, port: int, host: str = LOOPBACK, capture: Optional[Capture] = None) -> None:
+async def serve(broker: Broker, port: int, host: str = LOOPBACK, capture: Optional[Capture] = None,
+                http_port: Optional[int] = None) -> None:
     """Serve until SIGTERM/SIGINT, then close every connection, flush Capture's open windows (if on) and
     close the partition files."""
     connections: Set[asyncio.Task] = set()
@@ -32,6 +34,11 @@ async def serve(broker: Broker, port: int, host: str = LOOPBACK, capture: Option
             connections.discard(task)
 
     server = await asyncio.start_server(handle, host, port)
+    http = None
+    if http_port is not None:  # the REST send endpoint (sandbox/eventhubs/rest.py), same broker
+        front = RestFront(broker)
+        http = await asyncio.start_server(lambda r, w: serve_http(front, r, w), host, http_port)
+        print(f"REST listening on {host}:{http.sockets[0].getsockname()[1]}", flush=True)
     port = server.sockets[0].getsockname()[1]  # the real one when 0 was asked for
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -44,6 +51,8 @@ async def serve(broker: Broker, port: int, host: str = LOOPBACK, capture: Option
     async with server:
         await stop.wait()
         server.close()
+        if http is not None:
+            http.close()
         for task in list(connections):
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)

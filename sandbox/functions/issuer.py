@@ -26,12 +26,13 @@ from jwt.algorithms import RSAAlgorithm
 ISSUER = "https://sts.sandbox.invalid/00000000-0000-0000-0000-000000000001/"
 AUDIENCE = "api://se-operator-api-sandbox"
 TENANT = "00000000-0000-0000-0000-000000000001"
-EXCLUDED_PATHS = ["/api/health", "/api/automation/*"]  # as infra/main.bicep excludes them
+# as infra/main.bicep excludes them (the console's files hold no data; its calls carry the person's token)
+EXCLUDED_PATHS = ["/api/health", "/api/automation/*", "/api/console", "/api/console/*"]
 
 
 class LocalIssuer:
     def __init__(self, directory: Path, issuer: str = ISSUER, audience: str = AUDIENCE) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).resolve()  # the settings file names its key file by this path
         self.issuer, self.audience = issuer, audience
         self.private_file = self.directory / "issuer-private.pem"
         self.public_file = self.directory / "issuer-public.pem"

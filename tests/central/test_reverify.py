@@ -16,10 +16,12 @@ from typing import Any, Dict, List
 
 import pytest
 
+from central.cli.se_fleet import render
 from central.intake import reverify as planning
 from central.intake.plan import Item
 from central.model.envelope import BadEnvelope, Envelope
 from central.runtime.service import CentralService
+from central.runtime.settings import SettingsError
 from central.store import held as kept
 from tests.central.conftest import Env, Hook
 from tests.central.factory import T0, Vm, at_once, body, event
@@ -57,7 +59,10 @@ def test_kept_envelopes_are_applied_as_of_their_receive_time_once_trust_is_repai
         env: Env, hook: Hook) -> None:
     w = _outage(env)
     broken: CentralService = w["broken"]
-    held = broken.health()["senderAuthentication"]["heldForTrust"]
+    later = T0 + timedelta(minutes=3)  # health and views count as of the test's clock, not the calendar's
+    expiry = broken.health(now=later)["senderAuthentication"]["trustExpiry"]  # judged at the test's clock
+    assert (expiry["earliest"], expiry["daysLeft"], expiry["warning"]) == ("2028-05-25T23:49:25Z", 551, None)
+    held = broken.health(now=later)["senderAuthentication"]["heldForTrust"]
     assert held["count"] == 6 and held["issuers"] == ["se-sandbox Test TLS Issuing CA 01"]
     assert held["oldest"].startswith("2026-11-21T12:00:00")
     assert broken.fleet(now=T0 + timedelta(minutes=3))["heldForTrust"]["count"] == 6
@@ -65,7 +70,7 @@ def test_kept_envelopes_are_applied_as_of_their_receive_time_once_trust_is_repai
     still = broken.reverify(now=T0 + timedelta(minutes=3))
     assert still["outcomes"]["untrusted"] == 6 and still["heldForTrust"]["count"] == 6
     assert not [r for r in env.rows("Quarantine") if r.get("Reverify")]
-    assert broken.health()["senderAuthentication"]["refused"] == 6  # a re-check is not live traffic
+    assert broken.health(now=later)["senderAuthentication"]["refused"] == 6  # a re-check is not live traffic
 
     repaired = _repaired(env)
     web_1: Vm = w["web_1"]
@@ -170,3 +175,44 @@ def test_the_timer_re_verifies_at_an_instances_first_tick_then_hourly(env: Env, 
     repaired.reevaluate(now=T0 + timedelta(minutes=67))
     assert repaired.reverifier.last["applied"] == 1
     assert [r for r in env.rows("Quarantine") if r.get("Reverify") != "done"] == []
+
+
+def test_kept_envelopes_past_the_keep_window_are_given_up_counted_and_alerted(env: Env, hook: Hook) -> None:
+    """Issue 45, item 3: nothing kept ages out unseen. Past AUTHN_HELD_DAYS (default 7) the timer's daily
+    sweep marks each kept row given up (still in Quarantine), health counts them by VM, and one critical alert
+    names how many of which VMs; a later repair applies none of them."""
+    w = _outage(env)
+    broken: CentralService = w["broken"]
+    inside = T0 + timedelta(days=6, hours=23)
+    broken.reevaluate(now=inside)  # still inside the window: nothing given up
+    held = broken.health(now=inside)["senderAuthentication"]["heldForTrust"]
+    assert (held["count"], held["givenUp"]["count"], held["pastWindow"], held["keptDays"]) == (6, 0, 0, 7)
+    assert not [a for a in hook.alerts() if a.get("kind") == "held-given-up"]
+
+    past = T0 + timedelta(days=8)
+    held = broken.fleet(now=past)["heldForTrust"]  # past the window, before the next sweep: still counted
+    assert (held["count"], held["pastWindow"]) == (0, 6), held
+    broken.reevaluate(now=past)
+    held = broken.health(now=past)["senderAuthentication"]["heldForTrust"]
+    assert (held["count"], held["pastWindow"], held["givenUp"]["count"]) == (0, 0, 6), held
+    by_vm = {w[name].vm_id: n for name, n in (("web_1", 3), ("web_0", 2), ("web_2", 1))}  # ids they claimed
+    assert {v["vm"]: v["count"] for v in held["givenUp"]["vms"]} == by_vm, held
+    alerts = [a for a in hook.alerts() if a.get("kind") == "held-given-up"]
+    assert len(alerts) == 1 and alerts[0]["severity"] == "critical", alerts
+    assert "6 envelope(s)" in alerts[0]["title"] and f"{w['web_1'].vm_id} (3)" in alerts[0]["text"], alerts[0]
+    shown = render(broken.fleet(now=past))  # what `se-fleet status` prints of it
+    assert "6 envelope(s) held for trust were given up unverified after 7 days" in shown, shown
+    rows = env.rows("Quarantine")  # nothing deleted: each row is the record of what was given up
+    assert len(rows) == 6 and {r.get("Reverified") for r in rows} == {"given-up"}, rows
+
+    broken.reevaluate(now=past + timedelta(days=1, minutes=1))  # the next day's sweep finds nothing new
+    assert len([a for a in hook.alerts() if a.get("kind") == "held-given-up"]) == 1
+    done = _repaired(env).reverify(now=past + timedelta(days=1))
+    assert not any(done["outcomes"].values()), done  # given up means never applied
+
+
+def test_the_keep_window_is_a_checked_setting(env: Env) -> None:
+    assert CentralService.from_settings(env.settings(AUTHN_HELD_DAYS="30")).reverifier.days == 30
+    for bad in ("0", "366", "7.5", "a week"):
+        with pytest.raises(SettingsError, match="AUTHN_HELD_DAYS must be a whole number"):
+            CentralService.from_settings(env.settings(AUTHN_HELD_DAYS=bad))

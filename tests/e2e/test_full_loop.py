@@ -18,27 +18,47 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
 from central.store.tables import get_json
 from sandbox import processes
+from tests.e2e.checkout import (
+    alive,
+    checkout_view,
+    descendants,
+    make_args,
+    readme_commands,
+    run_to_end,
+    typed,
+)
 
-RUN_TIMEOUT = 115  # the demo bounds itself well below this
+RUN_TIMEOUT = 180  # the demo bounds itself well below this (~45-70 s alone; more beside other suites)
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("demo")
-    evidence = tmp / "evidence.json"
-    # --capture: the same run also leaves Capture files and the example analysis of them (a few seconds)
-    # the first act only: tests/e2e/test_witness_act.py plays the second
-    proc = subprocess.run([sys.executable, "-m", "sandbox.demo", "--work", str(tmp / "work"),
-                           "--evidence", str(evidence), "--capture", "--no-witness"], cwd=processes.REPO,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The root the README's commands are typed in (tests/e2e/checkout.py)."""
+    return checkout_view(tmp_path_factory.mktemp("checkout") / "repo")
+
+
+@pytest.fixture(scope="module")
+def demo(checkout: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    """`make demo DEMO_ARGS=--capture` as the README has it, from the checkout's root (work folder `.demo`,
+    relative, as the Makefile leaves it), plus --evidence for these tests and --no-witness (the second act
+    is tests/e2e/test_witness_act.py's)."""
+    evidence = tmp_path_factory.mktemp("demo") / "evidence.json"
+    argv = make_args("demo", [readme_demo_args("--capture"), "--no-witness", f"--evidence {evidence}"])
+    proc = run_to_end(argv, checkout, RUN_TIMEOUT)
     doc = json.loads(evidence.read_text()) if evidence.exists() else {}
-    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": tmp / "work", **doc}
+    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": checkout / ".demo", **doc}
+
+
+def readme_demo_args(args: str) -> str:
+    """DEMO_ARGS of the README's `make demo DEMO_ARGS=...` line that has `args` (fails when it is gone)."""
+    line = next(c for c in readme_commands() if c == f"make demo DEMO_ARGS={args}")
+    return line.split("DEMO_ARGS=", 1)[1]
 
 
 def _scene(demo: Dict[str, Any], key: str) -> Dict[str, Any]:
@@ -151,29 +171,6 @@ def test_no_duplicate_rows(demo: Dict[str, Any]) -> None:
     assert len({r["EventId"] for r in tables["Events"]}) == len(tables["Events"]) == 4
 
 
-def _descendants(pid: int) -> Set[int]:
-    found: Set[int] = set()
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                kids = {int(k) for k in (task / "children").read_text().split()}
-            except OSError:
-                continue
-            todo += list(kids - found)
-            found |= kids
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list child processes")
 def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
     # Ctrl-C as in a terminal: SIGINT at its default in the demo, even when pytest itself was started in
@@ -190,7 +187,7 @@ def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
             line = proc.stdout.readline()
             seen.append(line)
             assert line, "the demo ended before its first scene:\n" + "".join(seen)[-4000:]
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         assert len(children) >= 8  # azurite, eventhubs, imds, webhook, functions, 3 forwarders
         os.kill(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
@@ -200,7 +197,7 @@ def test_an_interrupted_demo_stops_every_process(tmp_path: Path) -> None:
             proc.wait(timeout=10)
     assert proc.returncode == 130, rest
     assert "every process was stopped" in rest
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if alive(pid)] == []
 
 
 def test_the_checks_catch_a_second_approval_and_a_missing_alert(demo: Dict[str, Any]) -> None:
@@ -241,6 +238,33 @@ def test_the_demo_leaves_capture_files_and_their_analysis(demo: Dict[str, Any]) 
     assert "0 unreadable, 0 invalid" in demo["out"]
 
 
+def test_the_readmes_policy_commands_run_as_typed_on_the_demos_capture(demo: Dict[str, Any],
+                                                                       checkout: Path) -> None:
+    """The README's `se-policy check` and `se-policy whatif ... --from .demo/envelopes.jsonl`, typed in the
+    checkout's root right after `make demo DEMO_ARGS=--capture` (relative paths, the venv's scripts)."""
+    check = next(c for c in readme_commands() if c.startswith(".venv/bin/se-policy check "))
+    out = typed(checkout, check, timeout=60)
+    assert out.returncode == 0, (check, out.stdout, out.stderr)
+    assert "valid" in out.stdout.lower(), out.stdout
+    whatif = next(c for c in readme_commands() if c.startswith(".venv/bin/se-policy whatif "))
+    assert ".demo/envelopes.jsonl" in whatif
+    out = typed(checkout, whatif, timeout=120)
+    assert out.returncode == 0, (whatif, out.stdout, out.stderr)
+    replayed = [e["eventId"] for e in demo["scenes"]]
+    assert replayed and all(e[:8] in out.stdout for e in replayed), out.stdout
+
+
+def test_every_readme_command_is_run_by_a_test() -> None:
+    """The README's shell blocks hold exactly the commands these tests type (make test is CI's own run)."""
+    assert readme_commands() == [
+        "make demo", "make test", "make demo DEMO_ARGS=--fresh-install", "make sandbox",
+        ".venv/bin/se-policy check schemas/examples/policy/windows-and-budgets.json",
+        "make demo DEMO_ARGS=--capture",
+        ".venv/bin/se-policy whatif schemas/examples/policy/windows-and-budgets.json"
+        " --from .demo/envelopes.jsonl",
+    ], "a README command changed: type the new one in tests/e2e (test_full_loop, test_practice_fleet)"
+
+
 # ---- the fresh install (issue 11) --------------------------------------------------------------
 # A fresh install is quiet and correct (issue 11): `python -m sandbox.demo --fresh-install` runs every real
 # process with the built-in default policy (no POLICY_JSON), forwarders on their default approval settings
@@ -250,13 +274,14 @@ def test_the_demo_leaves_capture_files_and_their_analysis(demo: Dict[str, Any]) 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("fresh")
-    evidence = tmp / "evidence.json"
-    proc = subprocess.run([sys.executable, "-m", "sandbox.demo", "--fresh-install",
-                           "--work", str(tmp / "work"), "--evidence", str(evidence)],
-                          cwd=processes.REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    """`make demo DEMO_ARGS=--fresh-install`, as the README has it, from a checkout's root (its own, so the
+    first demo's `.demo` stays for the tests that read it)."""
+    evidence = tmp_path_factory.mktemp("fresh") / "evidence.json"
+    checkout = checkout_view(evidence.parent / "repo")
+    argv = make_args("demo", [readme_demo_args("--fresh-install"), f"--evidence {evidence}"])
+    proc = run_to_end(argv, checkout, RUN_TIMEOUT)
     doc = json.loads(evidence.read_text()) if evidence.exists() else {}
-    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": tmp / "work", **doc}
+    yield {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "work": checkout / ".demo", **doc}
 
 
 def _decisions(fresh: Dict[str, Any], event_id: str) -> List[Dict[str, Any]]:
@@ -301,108 +326,3 @@ def test_no_critical_alert_and_every_alert_is_a_status_change(fresh: Dict[str, A
         (s["eventId"], "Scheduled") for s in fresh["scenes"]), alerts
     rows = {r["EventId"]: r for r in fresh["evidence"]["tables"]["Events"]}
     assert all(len(get_json(rows[s["eventId"]], "Approvals", [])) == 1 for s in fresh["scenes"])
-
-
-# ---- the practice fleet (`python -m sandbox.demo --serve`): driven through the commands it prints ----------
-
-def _practice_commands(banner: str) -> Tuple[Dict[str, str], Dict[str, str]]:
-    """(exports, {label: command}) from the printed banner: `export K=V` lines, and `# label: ...` comments
-    each followed by its command."""
-    env: Dict[str, str] = {}
-    cmds: Dict[str, str] = {}
-    lines = banner.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("export "):
-            key, value = line[len("export "):].split("=", 1)
-            env[key] = value
-        elif line.startswith("# ") and i + 1 < len(lines):
-            cmds[line[2:].split(":", 1)[0]] = lines[i + 1]
-    return env, cmds
-
-
-def _sh(command: str, env: Dict[str, str], event: str = "", raw: bool = False) -> Any:
-    """Run a printed command as pasted into bash; its JSON answer (`raw`: its output)."""
-    full = {**os.environ, **env, "EVENT": event}
-    out = subprocess.run(["bash", "-c", command], env=full, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, (command, out.stdout, out.stderr)
-    return out.stdout if raw else json.loads(out.stdout)
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to list child processes")
-def test_the_practice_fleet_drives_hold_release_approve_through_its_printed_commands(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "sandbox.demo", "--serve", "--work", str(tmp_path / "work")]
-    proc = subprocess.Popen(argv, cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    children: Set[int] = set()
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 150
-        seen: List[str] = []
-        while time.monotonic() < deadline and not (seen and "practice fleet ready" in seen[-1]):
-            line = proc.stdout.readline()
-            assert line, "the practice fleet ended before it was ready:\n" + "".join(seen)[-4000:]
-            seen.append(line)
-        banner = "".join(seen)
-        assert "practice fleet ready" in banner, banner[-4000:]
-        children = _descendants(proc.pid)
-        env, cmds = _practice_commands(banner)
-        assert set(env) == {"SE_CENTRAL_URL", "SE_OPERATOR_TOKEN", "SE_FUNCTION_KEY", "IMDS_ADMIN"}
-        assert {"add-event", "add-db-event", "pending", "event", "hold", "release", "approve", "imds",
-                "fleet"} <= set(cmds)
-
-        printed = _sh(cmds["add-event"], env, raw=True).strip()
-        assert printed.startswith("EVENT="), printed
-        event = printed[len("EVENT="):]
-        # the web VM's Reboot waits for a window that opens after its NotBefore: pending, no approval sent
-        view: Dict[str, Any] = {}
-        until = time.monotonic() + 60
-        while time.monotonic() < until:
-            pending = [e for e in _sh(cmds["pending"], env) if e["eventId"] == event]
-            if pending and pending[0]["state"] not in ("new", None):
-                view = pending[0]
-                break
-            time.sleep(1)
-        assert view, "the injected event never became pending with a policy decision"
-        # its window opens after its NotBefore: no approval is ever sent (issue 26: one name for it)
-        assert view["state"] == "starts-at-notbefore" and view["approvals"] == [], view
-        held = _sh(cmds["hold"], env, event)
-        assert held["state"] == "held", held
-        released = _sh(cmds["release"], env, event)
-        assert released["state"] != "held", released
-        approved = _sh(cmds["approve"], env, event)
-        assert approved["state"] == "approving", approved
-        until = time.monotonic() + 60
-        sim: Dict[str, Any] = {}
-        while time.monotonic() < until:
-            sim = _sh(cmds["imds"], env, event)
-            if sim.get("approvedBy"):
-                break
-            time.sleep(1)
-        assert sim.get("approvedBy") == ["vm-a"] and sim["state"] in ("Started", "gone", "Gone"), sim
-        history = _sh(cmds["event"], env, event)
-        ops = [d["action"] for d in history["decisions"] if str(d["action"]).startswith("operator-")]
-        assert ops == ["operator-hold", "operator-release", "operator-approve"], history["decisions"]
-        # decided by the signed-in person of the printed token, never by a name a caller wrote
-        olga = "operator:olga.operator@contoso.com (0c0a4f1e-5d7b-4c55-9a3e-7f2d8e6b1a01)"
-        deciders = {d.get("decidedBy") for d in history["decisions"] if d["action"] in ops}
-        assert deciders == {olga}, deciders
-        fleet = subprocess.run(["bash", "-c", cmds["fleet"]], env={**os.environ, **env}, capture_output=True,
-                               text=True, timeout=60)
-        assert f"{event[:8]}(approv" in fleet.stdout and fleet.returncode in (0, 1), (fleet.stdout,
-                                                                                      fleet.stderr)
-        os.kill(proc.pid, signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:  # a failed assertion above: SIGINT first, so the fleet stops its children
-            os.kill(proc.pid, signal.SIGINT)
-            try:
-                proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            for pid in children:  # anything it could not stop
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-    assert proc.returncode == 0, rest
-    assert "stopped" in rest
-    assert children and [pid for pid in children if _alive(pid)] == []

@@ -13,7 +13,7 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from forwarder.credential import ImdsTokenHttp, ManagedIdentityCredential
+from forwarder.credential import ManagedIdentityCredential
 from forwarder.imds import ImdsClient, ImdsRejected, ImdsUnavailable
 from forwarder.ratelimit import RateLimiter
 from sandbox import processes
@@ -129,13 +129,10 @@ def test_the_shared_limiter_keeps_a_burst_under_the_imds_limit(imds_server: proc
     """Polls and token requests interleaved through one limiter: never a 429 from IMDS."""
     limiter = RateLimiter()
     client = ImdsClient(imds_url(imds_server), limiter=limiter)
-    tokens = ImdsTokenHttp(limiter)
-    token_url = f"http://{processes.LOOPBACK}:{imds_server.port}/vms/vm0/metadata/identity/oauth2/token"
-    for _ in range(6):
+    tokens = ManagedIdentityCredential("", limiter, authority=imds_url(imds_server))
+    for n in range(6):
         client.get_scheduled_events()
-        answer = tokens.get(token_url, params={"api-version": "2018-02-01", "resource": "https://x"},
-                            headers={"Metadata": "true"})
-        assert answer.status_code == 200
+        tokens.get_token(f"https://x{n}.example/.default")  # a new resource each time: no cache hit
     statuses = [r["status"] for r in requests_log(imds_server)]
     assert statuses.count(200) >= 12 and 429 not in statuses
     assert tokens.requests == 6 and client.health.retries == 0
@@ -144,14 +141,14 @@ def test_the_shared_limiter_keeps_a_burst_under_the_imds_limit(imds_server: proc
 
 def test_managed_identity_tokens_come_from_imds_once_then_from_the_cache(
         imds_server: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MSAL's ManagedIdentityClient (azure-identity's engine on a VM) against the simulator, found through
-    azure-identity's own AZURE_POD_IDENTITY_AUTHORITY_HOST; a cached token costs no IMDS request."""
+    """The IMDS token endpoint over http.client, found through azure-identity's own
+    AZURE_POD_IDENTITY_AUTHORITY_HOST; a cached token costs no IMDS request; proxies never apply."""
     monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", f"http://{processes.LOOPBACK}:{imds_server.port}")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # would break the token call if honoured
     limiter = RateLimiter()
     credential = ManagedIdentityCredential("", limiter)
     first = credential.get_token("https://eventhubs.azure.net/.default")
-    again = credential.get_token_info("https://eventhubs.azure.net/.default")
+    again = credential.get_token("https://eventhubs.azure.net/.default")
     other = credential.get_token("https://storage.azure.com/.default")
     credential.close()
     monkeypatch.delenv("HTTP_PROXY")
@@ -160,7 +157,7 @@ def test_managed_identity_tokens_come_from_imds_once_then_from_the_cache(
     assert json.loads(base64.urlsafe_b64decode(claims + "==="))["aud"] == "https://eventhubs.azure.net"
     assert first.expires_on > time.time() + 3600
     token_calls = [r for r in requests_log(imds_server) if "oauth2/token" in r["path"]]
-    assert len(token_calls) == 2 == credential.http.requests  # one per resource, each inside the budget
+    assert len(token_calls) == 2 == credential.requests  # one per resource, each inside the budget
     assert all(r["headers"].get("Metadata") == "true" for r in token_calls)
     with pytest.raises(ValueError):
         credential.get_token("a", "b")

@@ -18,7 +18,7 @@ def test_service_uri_uses_the_managed_identity_made_when_first_needed() -> None:
     settings = approval_settings(config, limiter)
     assert isinstance(settings.credential, SharedCredential)  # nothing made (nor imported) yet
     credential = settings.credential()
-    assert isinstance(credential, ManagedIdentityCredential) and credential.http.limiter is limiter
+    assert isinstance(credential, ManagedIdentityCredential) and credential.limiter is limiter
     assert settings.credential() is credential  # one credential, one token cache
     client = queue.queue_client("vm-x", settings.queue_service_uri, None, credential)
     assert client.url.startswith("https://acct.queue.core.windows.net/vm-x")

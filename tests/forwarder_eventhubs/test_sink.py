@@ -182,8 +182,8 @@ def test_eventhub_is_the_default_sink_when_its_settings_are_given(tmp_path: Path
 def test_managed_identity_credential_is_rate_limited_and_bypasses_proxies() -> None:
     limiter = RateLimiter()
     credential = managed_identity_credential("00000000-0000-0000-0000-000000000001", limiter)
-    assert isinstance(credential, ManagedIdentityCredential) and credential.http.limiter is limiter
-    assert credential.http.session.trust_env is False  # HTTP(S)_PROXY never applies to IMDS
+    assert isinstance(credential, ManagedIdentityCredential) and credential.limiter is limiter
+    assert type(credential.http).__name__ == "ImdsHttp"  # http.client: HTTP(S)_PROXY never applies to IMDS
     sink = EventHubSink(EventHubSettings(namespace="ns.servicebus.windows.net", eventhub_name="h"),
                         credential=credential)
     assert sink.name == "eventhub:ns.servicebus.windows.net/h"

@@ -33,7 +33,7 @@ def documented() -> Dict[str, Tuple[str, str]]:
 def test_the_doc_lists_exactly_the_apps_functions_with_their_triggers_and_routes() -> None:
     actual = {name: (t["type"], f"{t['methods'][0]} /api/{t['route']}" if t["type"] == "httpTrigger" else "")
               for name, t in triggers().items()}
-    assert len(actual) == 10
+    assert len(actual) == 11
     assert documented() == actual
 
 

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "infra" / "hooks" / "operator-app.sh"
@@ -38,7 +38,7 @@ def _world(create_error: bool = False) -> Dict[str, Any]:
     ]}
 
 
-def _run(tmp_path: Path, world: Dict[str, Any]) -> tuple:
+def _run(tmp_path: Path, world: Dict[str, Any], more: Optional[Dict[str, str]] = None) -> tuple:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "az").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" az "$@"\n')
@@ -47,7 +47,7 @@ def _run(tmp_path: Path, world: Dict[str, Any]) -> tuple:
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path),
            "STUB_WORLD": str(tmp_path / "world.json"), "STUB_LOG": str(tmp_path / "calls.jsonl"),
            "AZURE_ENV_NAME": "se-prod",
-           "SE_OPERATOR_PRINCIPAL_IDS": f"{OLGA},{RAJ}", "SE_READER_PRINCIPAL_IDS": RITA}
+           "SE_OPERATOR_PRINCIPAL_IDS": f"{OLGA},{RAJ}", "SE_READER_PRINCIPAL_IDS": RITA, **(more or {})}
     result = subprocess.run(["sh", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     log = tmp_path / "calls.jsonl"
     lines = log.read_text().splitlines() if log.exists() else []
@@ -83,3 +83,26 @@ def test_the_roles_file_declares_operator_and_reader_for_people_and_apps() -> No
     assert {r["value"] for r in ROLES} == {"Operator", "Reader"}
     assert all(set(r["allowedMemberTypes"]) == {"User", "Application"} and r["isEnabled"] for r in ROLES)
     assert len({r["id"] for r in ROLES}) == 2
+
+
+def test_the_console_url_becomes_a_spa_redirect_uri_once(tmp_path: Path) -> None:
+    """postprovision: SE_CONSOLE_URL (infra's output) is added to the registration's SPA redirect URIs,
+    keeping those already there; a second run adds nothing."""
+    console = "https://se-prod-abc.azurewebsites.net/api/console/"
+    world = {"az": [{"command": "ad sp list", "result": [{"id": SP}]},
+                    {"command": "ad sp update", "result": None},
+                    {"command": "ad app show", "result": {"spa": {"redirectUris": ["http://localhost:3000/"]}}},
+                    {"command": "rest", "options": {"--method": "PATCH"}, "result": {}}]}
+    env = {"SE_OPERATOR_API_CLIENT_ID": CLIENT, "SE_CONSOLE_URL": console,
+           "SE_OPERATOR_PRINCIPAL_IDS": "", "SE_READER_PRINCIPAL_IDS": ""}
+    result, calls = _run(tmp_path, world, env)
+    assert result.returncode == 0, result.stderr
+    patch = next(c for c in calls if c[1] == "rest" and "PATCH" in c)
+    assert patch[patch.index("--uri") + 1] == f"https://graph.microsoft.com/v1.0/applications(appId='{CLIENT}')"
+    assert json.loads(patch[patch.index("--body") + 1]) == {
+        "spa": {"redirectUris": ["http://localhost:3000/", console]}}
+    again = tmp_path / "again"
+    again.mkdir()
+    world["az"][2]["result"] = {"spa": {"redirectUris": ["http://localhost:3000/", console]}}
+    result, calls = _run(again, world, env)
+    assert result.returncode == 0 and not [c for c in calls if c[1] == "rest"]

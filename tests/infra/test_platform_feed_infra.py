@@ -149,9 +149,14 @@ def test_the_outputs_the_install_reads() -> None:
 
 
 def test_no_bicep_grants_scheduled_events_contributor() -> None:
-    # Central gets it per VM / scale set / availability set from the install, never in a wide scope here.
+    # Central gets it per VM / scale set / availability set from the install (or infra/coverage/'s per-owner
+    # policy, tests/infra/test_coverage_policy.py), never in a wide scope here. infra/coverage/ names it only
+    # in the condition that limits which roles remediation may grant.
     for path in INFRA.rglob("*.bicep"):
-        assert "b67fe603-310e-4889-b9ee-8257d09d353d" not in path.read_text(), path
+        guid = "b67fe603-310e-4889-b9ee-8257d09d353d"
+        lines = [line for line in path.read_text().splitlines() if guid in line]
+        assert not lines or (path.parent.name == "coverage" and
+                             all(line.startswith("var grantable = ") for line in lines)), path
 
 
 def test_literal_reading_of_expressions() -> None:

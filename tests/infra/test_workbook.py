@@ -38,7 +38,9 @@ def workbook() -> Dict:
 
 
 def queries() -> List[Dict]:
-    return [item["content"] for item in workbook()["items"] if item["type"] == 3]
+    """The Log Analytics queries (queryType 0); the Resource Graph tile: test_workbook_coverage.py."""
+    return [item["content"] for item in workbook()["items"]
+            if item["type"] == 3 and item["content"].get("queryType", 0) == 0]
 
 
 def marker_formats() -> Dict[str, str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from central.cli import se_attest
+from central.intake import trust_store
 from tests.security import attested_docs as docs
 
 G2 = docs.DOCS / "tc-2026-07-28-eastus-g2ocsp02.json"
@@ -72,3 +74,19 @@ def test_an_operator_root_verifies_a_baltimore_chain(tmp_path: Path) -> None:
 def test_bad_usage_is_exit_3(argv: list, capsys: pytest.CaptureFixture) -> None:
     assert se_attest.main(argv, out=io.StringIO()) == 3
     assert capsys.readouterr().err.startswith("se-attest: ")
+
+
+def test_the_trusts_earliest_expiry_is_shown_and_warned_of_within_180_days_of_the_checks_time() -> None:
+    """Issue 45, item 4, on any date: the warning is judged at --at, so the test moves that clock."""
+    first = min(c.not_valid_after_utc for c in trust_store.shipped())
+    far = (first - dt.timedelta(days=181)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, out = run(str(G2), "--at", far)
+    assert code == 2 and out.startswith("refused (time)"), out  # long after the document: refused, still told
+    shown = f"trust: earliest expiry {first.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    assert shown in out and "WARNING" not in out, out
+    near = (first - dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, out = run(str(G2), "--at", near)
+    assert "WARNING: Microsoft Azure RSA TLS Issuing CA 03 (shipped) expires" in out, out
+    assert "in 30 days" in out, out
+    code, out = run(str(G2), "--at", "2026-07-28T13:30:00Z")  # verified, and the same line follows the chain
+    assert code == 0 and out.splitlines()[-1].startswith("trust: earliest expiry"), out

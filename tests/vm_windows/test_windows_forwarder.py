@@ -1,0 +1,172 @@
+"""The Windows forwarder, for real as far as this machine can: the Windows bundle (tools/wheelhouse.py's
+wheels and its embeddable CPython 3.13, no other Python) installed by the installer's Python steps into
+C:\\Program Files and C:\\ProgramData of a Wine prefix, run as the service host runs it, against central,
+the Event Hubs server, Azurite and the IMDS simulator on loopback.
+
+Not covered here (docs/forwarder.md): PowerShell itself (install-forwarder.ps1, run-forwarder.ps1: only
+parsed, tests/infra/test_powershell_parse.py), the Task Scheduler, icacls, and LOCAL SERVICE's rights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+from forwarder.approvals.ledger import FILE_NAME
+
+from . import wine
+from .conftest import VM, WindowsVm
+
+WORKER = Path(__file__).resolve().parent.parent / "forwarder" / "ledger_race_worker.py"
+# Per racing process: enough that the two overlap despite Wine's start-up (~2 s). Measured with the
+# msvcrt lock removed, 300 each: one process died of a sharing violation and 300 of 600 entries were
+# lost; with it, 600 of 600 (35 s).
+WRITES = 150
+
+
+@pytest.fixture
+def daemon(windows_vm: WindowsVm) -> Iterator[wine.Daemon]:
+    """The forwarder running (started once; a test that kills it starts the next one itself)."""
+    running = [d for d in windows_vm.daemons if d.proc.poll() is None]
+    yield running[0] if running else windows_vm.start_daemon(f"forwarder-{len(windows_vm.daemons)}")
+
+
+def _fleet_vm(vm: WindowsVm) -> Optional[Dict[str, Any]]:
+    return next((v for v in vm.fleet.central("fleet")["vms"] if v["name"] == VM), None)
+
+
+def _results(vm: WindowsVm, event_id: str) -> List[str]:
+    """The approval results central recorded for an event (Decisions rows, action "result")."""
+    from azure.core.exceptions import ResourceNotFoundError
+    from azure.data.tables import TableServiceClient
+
+    service = TableServiceClient.from_connection_string(vm.fleet.storage)
+    try:
+        rows = service.get_table_client("demoDecisions").query_entities(f"EventId eq '{event_id}'")
+        return [r["State"] for r in rows if r["Action"] == "result"]
+    except ResourceNotFoundError:
+        return []
+
+
+def test_the_install_lays_out_program_files_and_programdata(windows_vm: WindowsVm) -> None:
+    where = windows_vm.where
+    assert where.prefix == "C:\\Program Files\\se-forwarder"
+    assert where.python_exe == "C:\\Program Files\\se-forwarder\\python\\python.exe"
+    assert where.state_dir == "C:\\ProgramData\\se-forwarder\\state"
+    assert where.config_path == "C:\\ProgramData\\se-forwarder\\config.json"
+    config = json.loads(windows_vm.local(where.config_path).read_text())
+    assert config["state_dir"] == where.state_dir and config["hook_dir"] == where.hook_dir
+    pth = windows_vm.local(where.python_dir) / "python313._pth"
+    assert "import site" in pth.read_text().splitlines()
+    assert not windows_vm.local(where.python_dir + ".new").exists()
+    for name in ("run-forwarder.ps1", "requirements-vm.txt", "forwarder.md"):
+        assert (windows_vm.local(where.prefix) / name).is_file(), name
+    examples = sorted(p.name for p in windows_vm.local(where.hook_dir).rglob("*.example"))
+    assert examples == ["50-drain.cmd.example", "50-undrain.cmd.example"]
+    out = windows_vm.python("-c", "import sys, forwarder; print(sys.executable); print(forwarder.__file__)")
+    assert where.python_exe in out.stdout, out.stdout
+    assert f"{where.python_dir}\\Lib\\site-packages\\forwarder\\__init__.py" in out.stdout, out.stdout
+
+
+def test_heartbeats_reach_central(windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    first = wine.wait_until(lambda: (_fleet_vm(windows_vm) or {}).get("lastHeartbeat"), 90,
+                            "central to record the Windows VM's heartbeat", log=daemon)
+    later = wine.wait_until(lambda: ((_fleet_vm(windows_vm) or {}).get("lastHeartbeat") or "") > first, 30,
+                            "a later heartbeat", log=daemon)
+    assert later
+    seen = _fleet_vm(windows_vm)
+    assert seen and seen["forwarderVersion"] and not seen["silent"]
+
+
+def test_an_event_is_approved_through_the_queue_after_a_cmd_hook_runs_hostname(
+        windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    assert windows_vm.fleet.imds is not None
+    event = windows_vm.fleet.imds.add_event(eventType="Redeploy", resources=[VM], startedSeconds=600)
+    event_id = event["eventId"]
+    sim = windows_vm.fleet.imds
+    wine.wait_until(lambda: sim.event(event_id).get("approvedBy"), 120,
+                    "the IMDS POST approving the Redeploy", log=daemon)
+    assert windows_vm.fleet.imds.event(event_id)["approvedBy"] == [VM]
+    posts = [r for r in windows_vm.fleet.imds.requests(vm=VM, method="POST") if event_id in json.dumps(r)]
+    assert len(posts) == 1, posts
+    # the hook ran `hostname` by name, before the POST (else it exits 9009 and nothing is approved)
+    record = windows_vm.local(windows_vm.where.state_dir) / f"hook-{event_id}.txt"
+    assert record.read_text(errors="replace").strip(), "hostname printed nothing"
+    assert wine.wait_until(lambda: "approved" in _results(windows_vm, event_id), 60,
+                           "central to record the VM's approval result", log=daemon)
+
+
+def test_a_failing_hook_is_reported_as_hook_failed(windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    assert windows_vm.fleet.imds is not None
+    event = windows_vm.fleet.imds.add_event(eventType="Reboot", resources=[VM], startedSeconds=600)
+    event_id = event["eventId"]
+    wine.wait_until(lambda: "hook-failed" in _results(windows_vm, event_id), 120,
+                    "central to record hook-failed for the Reboot", log=daemon)
+    assert not windows_vm.fleet.imds.event(event_id).get("approvedBy")  # no POST
+    assert "approved" not in _results(windows_vm, event_id)
+
+
+def test_the_daemon_and_other_processes_never_corrupt_the_ledger(windows_vm: WindowsVm,
+                                                                 daemon: wine.Daemon) -> None:
+    """Two more Windows processes write the daemon's own ledger (C:\\ProgramData\\...\\state) while the
+    daemon runs, each entry a read-modify-write: with the msvcrt lock every entry of all three stays."""
+    state = windows_vm.where.state_dir
+    ledger = windows_vm.local(state) / FILE_NAME
+    before = set(json.loads(ledger.read_text())["events"]) if ledger.exists() else set()
+    argv = ["wine", windows_vm.where.python_exe, wine.windows_path(WORKER), state]
+    workers = [subprocess.Popen([*argv, name, str(WRITES)], env=wine.environment(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for name in ("approve-a", "approve-b")]
+    outs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    events = json.loads(ledger.read_text())["events"]
+    expected = {f"{n}-{i}" for n in ("approve-a", "approve-b") for i in range(WRITES)}
+    assert expected <= set(events) and before <= set(events)
+    assert daemon.proc.poll() is None, daemon.text()[-3000:]
+
+
+def _pending(vm: WindowsVm, event_id: str) -> int:
+    """Outbox rows (not yet sent) that carry the event, read from Linux (SQLite's locks are shared
+    with Wine's through the same files)."""
+    path = vm.local(vm.where.state_dir) / "outbox.sqlite3"
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        found = db.execute("select count(*) from outbox where body like ?", (f"%{event_id}%",))
+        return found.fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_the_outbox_survives_a_kill_and_a_restart(windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    """The hub stops answering (SIGSTOP: its state and central's checkpoints stay as they are); a new
+    event is observed into the outbox; the forwarder is killed (SIGKILL of the Windows process); the hub
+    answers again and a new forwarder sends what the dead one had pending."""
+    fleet = windows_vm.fleet
+    assert fleet.imds is not None
+    hub = fleet.servers["eventhubs"]
+    os.kill(hub.pid, signal.SIGSTOP)
+    try:
+        event = fleet.imds.add_event(eventType="Freeze", resources=[VM], durationInSeconds=5,
+                                     startedSeconds=900)
+        event_id = event["eventId"]
+        wine.wait_until(lambda: _pending(windows_vm, event_id), 60, "the incarnation in the outbox",
+                        log=daemon)
+        daemon.kill()
+        pending = _pending(windows_vm, event_id)  # still there after the kill
+    finally:
+        os.kill(hub.pid, signal.SIGCONT)
+    assert pending >= 1
+    restarted = windows_vm.start_daemon("forwarder-restarted")
+    wine.wait_until(lambda: fleet.call(f"events/{event_id}", "Operator").status_code == 200, 120,
+                    "central to hear of the event observed before the kill", log=restarted)
+    assert wine.wait_until(lambda: _pending(windows_vm, event_id) == 0, 30, "the outbox to drain",
+                           log=restarted)
