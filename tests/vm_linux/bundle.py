@@ -1,6 +1,7 @@
 """The Linux bundle the VMs install: `python -m tools.wheelhouse` (what `make wheelhouse` runs), for the
-two Pythons the test roots have (3.9 on Debian 11, 3.11 on Debian 12), built once and kept under the
-cache, keyed by a hash of everything that goes into it. A "newer" bundle for the upgrade test is the same
+two Pythons the test roots have (3.9 on Debian 11, 3.11 on Debian 12), with `--with-sdk` (the sandbox is
+reached by connection strings), built once and kept under the cache, keyed by a hash of everything that
+goes into it. A "newer" bundle for the upgrade test is the same
 bundle with the forwarder wheel built from the same sources at a higher version.
 """
 
@@ -50,8 +51,10 @@ def linux_bundle() -> Path:
             return out
         building = out.with_name(out.name + ".build")
         shutil.rmtree(building, ignore_errors=True)
+        # --with-sdk: the Azure SDKs for connection strings (the sandbox's hub and Azurite); production
+        # bundles leave them out (infra/forwarder/requirements-vm-sdk.txt)
         subprocess.run([sys.executable, "-m", "tools.wheelhouse", "--out", str(building), "--target", "linux",
-                        "--python", *PYTHONS], cwd=REPO, check=True, timeout=1200)
+                        "--with-sdk", "--python", *PYTHONS], cwd=REPO, check=True, timeout=1200)
         building.rename(out)
         for stale in CACHE.glob("bundle-*"):  # this module's bundles of older sources: never used again
             if stale.is_dir() and stale != out and re.fullmatch(r"bundle-[0-9a-f]{16}", stale.name):
