@@ -51,6 +51,7 @@ do_uninstall() {  # the reverse of the install below, in reverse order; safe to 
     systemctl disable --now se-forwarder.service >/dev/null 2>&1 || true
   fi
   rm -f "$UNIT"
+  rm -rf "$UNIT.d"  # the backoff drop-in (systemd >= 254)
   if command -v systemctl >/dev/null; then
     systemctl daemon-reload
     systemctl reset-failed se-forwarder.service >/dev/null 2>&1 || true
@@ -116,20 +117,38 @@ fi
 
 log "installing into $PREFIX (offline, from the bundle's wheels)"
 mkdir -p "$PREFIX"
-rm -rf "$PREFIX/venv.new" "$PREFIX/wheels"
+rm -rf "$PREFIX/wheels"
 cp -r "$workdir/wheels" "$PREFIX/wheels"
 cp "$workdir/requirements-vm.txt" "$PREFIX/requirements-vm.txt"
 # The unit's Documentation= page (docs/forwarder.md), readable on the VM without network.
 if [ -f "$workdir/forwarder.md" ]; then cp "$workdir/forwarder.md" "$PREFIX/forwarder.md"; fi
-"$python_bin" -m venv "$PREFIX/venv.new"
-"$PREFIX/venv.new/bin/python" -m pip install --quiet --no-index --find-links "$PREFIX/wheels" \
-  --disable-pip-version-check -r "$PREFIX/requirements-vm.txt" scheduled-events-forwarder
-"$PREFIX/venv.new/bin/se-forwarder" --version
-# Swap only after the new venv works: a failed upgrade leaves the running one in place.
-rm -rf "$PREFIX/venv.old"
-[ -d "$PREFIX/venv" ] && mv "$PREFIX/venv" "$PREFIX/venv.old"
-mv "$PREFIX/venv.new" "$PREFIX/venv"
-rm -rf "$PREFIX/venv.old"
+# Each install builds a new release directory at the path it keeps for good: pip writes that path into
+# the console scripts' first line, so a venv cannot be built in one place and renamed to another.
+# $PREFIX/venv is a symlink to the current release, swapped in one rename once the new one works: a
+# failed build leaves the running release in place, and systemd runs venv/bin/se-forwarder through it.
+release="venv-$(date -u +%Y%m%d%H%M%S)-$$"
+"$python_bin" -m venv "$PREFIX/$release"
+if ! "$PREFIX/$release/bin/python" -m pip install --quiet --no-index --find-links "$PREFIX/wheels" \
+     --disable-pip-version-check -r "$PREFIX/requirements-vm.txt" scheduled-events-forwarder \
+   || ! "$PREFIX/$release/bin/se-forwarder" --version; then
+  rm -rf "${PREFIX:?}/$release"
+  die "the new release does not run; the installed one (if any) is unchanged"
+fi
+previous=""
+if [ -L "$PREFIX/venv" ]; then
+  previous="$(readlink "$PREFIX/venv")"
+elif [ -d "$PREFIX/venv" ]; then  # a plain directory, from an install before releases
+  previous="venv-before-$$"
+  mv "$PREFIX/venv" "$PREFIX/$previous"
+fi
+ln -sfn "$release" "$PREFIX/venv.swap"
+mv -Tf "$PREFIX/venv.swap" "$PREFIX/venv"
+# What systemd will run (ExecStart), by the path it uses, after the swap.
+if ! "$PREFIX/venv/bin/se-forwarder" --version >/dev/null; then
+  if [ -n "$previous" ]; then ln -sfn "$previous" "$PREFIX/venv.swap" && mv -Tf "$PREFIX/venv.swap" "$PREFIX/venv"; fi
+  rm -rf "${PREFIX:?}/$release"
+  die "$PREFIX/venv/bin/se-forwarder does not run after the swap; the previous release is back"
+fi
 chmod -R go-w "$PREFIX"
 
 log "writing $CONFIG_DIR/config.json"
@@ -152,6 +171,15 @@ install -d -m 0750 -o "$SERVICE_USER" -g "$SERVICE_USER" "$STATE_DIR"
 
 log "installing the systemd unit"
 install -m 0644 "$workdir/se-forwarder.service" "$UNIT"
+# The growing restart backoff needs systemd >= 254 (older ones log "Unknown key"): a drop-in there only.
+systemd_version="$(systemctl --version | awk 'NR == 1 { print $2 + 0 }')"
+rm -f "$UNIT.d/backoff.conf"
+if [ "${systemd_version:-0}" -ge 254 ]; then
+  install -d -m 0755 "$UNIT.d"
+  printf '# install-forwarder.sh: systemd %s has RestartSteps (>= 254)\n[Service]\nRestartSteps=10\nRestartMaxDelaySec=300\n' \
+    "$systemd_version" > "$UNIT.d/backoff.conf"
+fi
+rmdir "$UNIT.d" 2>/dev/null || true
 systemctl daemon-reload
 systemctl enable se-forwarder.service >/dev/null
 systemctl restart se-forwarder.service
@@ -163,5 +191,30 @@ if command -v runuser >/dev/null; then
     "$PREFIX/venv/bin/se-forwarder" check --config "$CONFIG_DIR/config.json" \
     || log "warning: 'se-forwarder check' did not pass yet; see: journalctl -u se-forwarder"
 fi
-systemctl is-active --quiet se-forwarder.service || die "se-forwarder.service is not running: journalctl -u se-forwarder"
-log "done: se-forwarder.service is running"
+
+# Running means staying up: the same process (MainPID) active for STABLE_SECONDS with no restart.
+# A unit that exits at once is "active" for a moment before systemd sees it fail.
+stable_seconds="${SE_FORWARDER_STABLE_SECONDS:-10}"
+since="" pid="" deadline=$((SECONDS + stable_seconds + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  state="$(systemctl show -p ActiveState --value se-forwarder.service)"
+  now_pid="$(systemctl show -p MainPID --value se-forwarder.service)"
+  if [ "$state" = active ] && [ "${now_pid:-0}" != 0 ]; then
+    if [ "$now_pid" != "$pid" ]; then pid="$now_pid" since="$SECONDS"; fi
+    [ $((SECONDS - since)) -lt "$stable_seconds" ] || break
+  else
+    pid="" since=""
+    if [ "$state" = failed ]; then break; fi
+  fi
+  sleep 1
+done
+if [ -z "$since" ] || [ $((SECONDS - since)) -lt "$stable_seconds" ]; then
+  status="$(systemctl show -p ExecMainStatus --value se-forwarder.service)"
+  systemctl --no-pager status se-forwarder.service 2>&1 | tail -n 15 >&2 || true
+  die "se-forwarder.service does not stay up (state ${state:-unknown}, last exit status ${status:-?}; exit codes: $PREFIX/forwarder.md): journalctl -u se-forwarder"
+fi
+# The service runs the new release: older ones go.
+for old in "$PREFIX"/venv-*; do
+  [ "$(basename "$old")" = "$release" ] || rm -rf "$old"
+done
+log "done: se-forwarder.service is running (pid $pid, up ${stable_seconds} s)"

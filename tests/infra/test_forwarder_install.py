@@ -60,11 +60,12 @@ def test_unit_is_hardened() -> None:
         "User": "se-forwarder", "Restart": "always", "StateDirectory": "se-forwarder",
         "ProtectSystem": "strict", "ProtectHome": "yes", "NoNewPrivileges": "yes", "PrivateTmp": "yes",
         "PrivateDevices": "yes", "CapabilityBoundingSet": "", "AmbientCapabilities": "",
-        "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "SystemCallFilter": "@system-service",
-        "StartLimitIntervalSec": "0",
+        "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "StartLimitIntervalSec": "0",
+        "PrivateUsers": "yes", "PrivateMounts": "yes", "UMask": "0077", "IPAddressDeny": "any",
     }
     for key, value in expected.items():
         assert unit.get(key) == [value], f"{key}={unit.get(key)}"
+    assert unit["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
     assert "MemoryMax" in unit and "RestartSec" in unit and "TasksMax" in unit
 
 
