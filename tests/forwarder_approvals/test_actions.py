@@ -170,7 +170,9 @@ def test_fast_path_ignores_other_types(rig: Rig) -> None:
 def test_post_event_hook_runs_when_event_disappears(rig: Rig) -> None:
     out = rig.hook_dir / "post"
     write_hook(rig.hook_dir, "post-event", "10-undrain", f'echo "$SE_EVENT_ID $SE_EVENT_END" >> {out}')
-    done = _event(rig, eventType="Freeze", resources=["vm0", "vm1"], startedSeconds=1)
+    # Started for 60 simulated seconds (1 s real): the observe below must see it Started (at 1 s simulated it
+    # lasted 17 ms real; a loaded machine's observe came after it ended: reported cancelled, not completed)
+    done = _event(rig, eventType="Freeze", resources=["vm0", "vm1"], startedSeconds=60)
     cancelled = _event(rig, eventType="Reboot")
     rig.observe()
     rig.sim.approve([done], vm="vm0")
