@@ -23,7 +23,6 @@ opaque to the client (the next offset).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import re
 import threading
@@ -32,10 +31,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
 from sandbox.imds.arm import _token_problem
+from sandbox.imds.resource_graph import PATH, VERSIONS, page
 
-PATH = "/providers/microsoft.resourcegraph/resources"
-VERSIONS = ("2021-03-01", "2022-10-01", "2024-04-01")
-PAGE_MAX = 1000
 TABLES = ("resources", "computeresources", "authorizationresources")
 _GROUP = re.compile(r'resourceGroup\s*=~\s*"([^"]+)"')
 _PRINCIPAL = re.compile(r'properties\.principalId\)\s*=~\s*"([^"]+)"')
@@ -96,27 +93,10 @@ class World:
                                                           f"{', '.join(unknown)}")
             if asked:
                 rows = [r for r in rows if str(r.get("subscriptionId", "")).lower() in asked]
-        options = request.get("options") or {}
-        top = min(PAGE_MAX, max(1, int(options.get("$top") or PAGE_MAX)))
-        offset = _offset(options.get("$skipToken"))
-        if offset is None:
+        answer = page(rows, request.get("options") or {})
+        if answer is None:
             return _error(400, "BadRequest", "the $skipToken is not one this service gave")
-        page = rows[offset:offset + top]
-        answer: Dict[str, Any] = {"totalRecords": len(rows), "count": len(page), "resultTruncated": "false",
-                                  "data": page, "facets": []}
-        if offset + top < len(rows):
-            answer["$skipToken"] = base64.urlsafe_b64encode(json.dumps({"o": offset + top}).encode()).decode()
         return 200, answer
-
-
-def _offset(token: Optional[str]) -> Optional[int]:
-    if not token:
-        return 0
-    try:
-        value = json.loads(base64.urlsafe_b64decode(token.encode()))["o"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return value if isinstance(value, int) and value >= 0 else None
 
 
 def handler(world: World) -> type:

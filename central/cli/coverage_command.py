@@ -29,20 +29,15 @@ EXIT_OK, EXIT_BLIND, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_ACCESS = 0, 1, 3, 4, 5
 MAX_VMS = 200_000
 
 
-def register(sub: Any) -> None:
-    """Adds the `coverage` verb to se-fleet's subcommands."""
+def register(sub: Any) -> Any:
+    """Adds the `coverage` verb to se-fleet's subcommands; se_fleet adds the sign-in arguments and --json
+    (--url, --api, --token), as to every verb that reads central."""
     one = sub.add_parser("coverage", help="every VM of a scope from Resource Graph: agent, agentless, "
                                           "silent agent or blind")
     scope = one.add_mutually_exclusive_group()
     scope.add_argument("--subscription", action="append", default=[], help="a subscription id (repeat)")
     scope.add_argument("--management-group", action="append", default=[], help="a management group id")
     one.add_argument("--resource-group", default="", help="only this resource group (one --subscription)")
-    one.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
-                     help="the Function app's URL (default $SE_CENTRAL_URL)")
-    one.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
-                     help="the operator API's app id URI (default $SE_OPERATOR_API)")
-    one.add_argument("--token", default=os.environ.get("SE_OPERATOR_TOKEN", ""),
-                     help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
     one.add_argument("--central-principal-id", default=os.environ.get("SE_CENTRAL_PRINCIPAL_ID", ""),
                      help="central's identity (FUNCTION_PRINCIPAL_ID output; "
                           "default $SE_CENTRAL_PRINCIPAL_ID)")
@@ -50,7 +45,7 @@ def register(sub: Any) -> None:
     one.add_argument("--resource-graph-endpoint", default=os.environ.get(resource_graph.ENDPOINT_ENV, "")
                      or resource_graph.DEFAULT_ENDPOINT, help="default Azure's ARM endpoint")
     one.add_argument("--blind-only", action="store_true", help="list only blind VMs")
-    one.add_argument("--json", action="store_true", help="counts and every VM as JSON")
+    return one
 
 
 class UsageError(Exception):

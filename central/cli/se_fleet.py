@@ -152,16 +152,16 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     status = sub.add_parser("status", help="every VM: last heard, outbox, version, open events, silent")
     again = sub.add_parser("reverify", help="re-verify the envelopes kept for a trust failure now (Operator)")
-    for one in (status, again, *se_fleet_events.register(sub)):
+    coverage = coverage_command.register(sub)
+    for one in (status, again, coverage, *se_fleet_events.register(sub)):
         one.add_argument("--url", default=os.environ.get("SE_CENTRAL_URL", ""),
                          help="the Function app's URL (default $SE_CENTRAL_URL)")
         one.add_argument("--api", default=os.environ.get("SE_OPERATOR_API", ""),
                          help="the operator API's app id URI, api://<client id> (default $SE_OPERATOR_API)")
         one.add_argument("--token", default=os.environ.get("SE_OPERATOR_TOKEN", ""),
                          help="an access token for the operator API (default $SE_OPERATOR_TOKEN)")
-        one.add_argument("--json", action="store_true", help="central's answer as JSON")
+        one.add_argument("--json", action="store_true", help="the answer as JSON")
     status.add_argument("--silent-only", action="store_true", help="list only silent VMs")
-    coverage_command.register(sub)
     return top
 
 

@@ -61,7 +61,7 @@ def _eventhub(config: Any, limiter: Any = None, credential: Any = None) -> Sink:
         from .eventhub_rest import EventHubRestSink
 
         return EventHubRestSink(settings, token_credential, authenticator=authenticator)
-    return EventHubSink(settings, credential=token_credential, authenticator=authenticator)
+    return EventHubSink(settings, authenticator=authenticator)  # a connection string: the AMQP SDK
 
 
 def _installed(module: str) -> bool:

@@ -1,7 +1,8 @@
 """Azure Event Hubs through the azure-eventhub SDK (`EventHubProducerClient`), over AMQP.
 
-Auth: managed identity (fully qualified namespace + `ManagedIdentityCredential`, wrapped in the VM's
-IMDS rate limiter) in production; a connection string only for the emulator or the sandbox server.
+Auth: a connection string only (the Event Hubs emulator, the sandbox's AMQP server); the SDK is the
+forwarder's [sdk] extra. VMs in Azure publish with managed identity through the REST sink
+(forwarder/sinks/eventhub_rest.py), which the sinks' factory picks whenever there is no connection string.
 
 What `send` does with the outbox's pending rows (in order):
 - each envelope is one event: the CloudEvent JSON as the body (structured mode), `content_type`
@@ -17,11 +18,6 @@ What `send` does with the outbox's pending rows (in order):
 
 Retries: the SDK's own retry is kept small (`retry_total`); the publisher backs off with jitter.
 The client is reused across sends and dropped (closed, rebuilt on the next send) after any failure.
-
-Trust: the TLS context verifies Event Hubs against the VM's own CA directory (OpenSSL's hashed
-`capath`, e.g. /etc/ssl/certs), where OpenSSL loads a CA only when a chain needs it; the SDK's
-default loads certifi's whole bundle (~140 certificates, +1.5 MB of RSS) into every connection. A VM
-without a hashed CA directory (or SSL_CERT_DIR) keeps the SDK's default.
 
 Bounded: the SDK can block forever when a peer accepts TCP but never speaks AMQP (its SASL
 handshake reads without a timeout, and `close()` then waits for the same lock). So each send runs
@@ -42,7 +38,6 @@ from .. import logs
 from ..envelope import hub_partition_key
 from .base import SinkError
 from .oversize import body_bytes, oversize_note
-from .tls_trust import tls_context
 
 log = logs.get("sink.eventhub")
 
@@ -63,7 +58,7 @@ class EventHubSettings:
     client_id: str = ""            # user-assigned managed identity; empty = system-assigned
     retry_total: int = 1           # the SDK's own retries; the publisher does the real backoff
     send_timeout: float = 10.0     # seconds one send_batch may take before it counts as failed
-    use_tls: bool = True           # False only to reach a plain-TCP sandbox server with managed identity
+    use_tls: bool = True           # REST sink: False only for the sandbox server's plain-HTTP endpoint
     operation_timeout: float = 30.0  # the most one send() may take, connecting included (see below)
 
     def check(self) -> None:
@@ -96,12 +91,11 @@ class EventHubSettings:
 class EventHubSink:
     """`send(envelopes)` publishes in order or raises SinkError; `close()` releases the client."""
 
-    def __init__(self, settings: EventHubSettings, credential: Any = None,
-                 client_factory: Optional[Callable[[], Any]] = None, authenticator: Any = None) -> None:
+    def __init__(self, settings: EventHubSettings, client_factory: Optional[Callable[[], Any]] = None,
+                 authenticator: Any = None) -> None:
         settings.check()
         self.settings = settings
         self.name = f"eventhub:{settings.target}"
-        self._credential = credential
         self._factory = client_factory or self._new_client
         self._client: Any = None
         self._lock = threading.Lock()  # the publisher's thread and shutdown's flush may overlap
@@ -121,17 +115,12 @@ class EventHubSink:
         # A small SDK retry (one quick reconnect for a link the service closed while idle); longer
         # outages come back to the publisher, which backs off with jitter and never loses the rows.
         retry = {"retry_total": s.retry_total, "retry_backoff_factor": 0.2, "retry_backoff_max": 1.0}
-        if s.connection_string:
-            kwargs: Dict[str, Any] = dict(retry)
-            if s.eventhub_name:
-                kwargs["eventhub_name"] = s.eventhub_name
-            return EventHubProducerClient.from_connection_string(s.connection_string, **kwargs)
-        if self._credential is None:
-            raise SinkError("no credential for the managed-identity Event Hubs client", retryable=False)
-        context = tls_context() if s.use_tls else None
-        extra: Dict[str, Any] = {"ssl_context": context} if context is not None else {}
-        return EventHubProducerClient(fully_qualified_namespace=s.namespace, eventhub_name=s.eventhub_name,
-                                      credential=self._credential, use_tls=s.use_tls, **retry, **extra)
+        if not s.connection_string:  # managed identity is the REST sink's (forwarder/sinks/eventhub_rest.py)
+            raise SinkError("the AMQP sink serves connection strings only", retryable=False)
+        kwargs: Dict[str, Any] = dict(retry)
+        if s.eventhub_name:
+            kwargs["eventhub_name"] = s.eventhub_name
+        return EventHubProducerClient.from_connection_string(s.connection_string, **kwargs)
 
     def _producer(self) -> Any:
         if self._client is None:
@@ -276,18 +265,12 @@ class EventHubSink:
         return note
 
     def release(self) -> None:
-        """Close the connection (idle); the next send opens a new one with the same credential."""
+        """Close the connection (idle); the next send opens a new one."""
         with self._lock:
             self._drop_client()
 
     def close(self) -> None:
         self.release()
-        close = getattr(self._credential, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:  # noqa: BLE001 - shutting down; nothing left to do with it
-                log.debug("closing the credential raised; ignored")
 
 
 # ---- helpers -----------------------------------------------------------------------------------

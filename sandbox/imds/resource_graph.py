@@ -88,17 +88,26 @@ class ResourceGraphStandIn:
                                  f"the client has no access to subscription(s) {', '.join(unknown)}")
             asked = {str(s).lower() for s in wanted}
             rows = [r for r in rows if str(r.get("subscriptionId", "")).lower() in asked]
-        options = request.get("options") or {}
-        top = min(PAGE_MAX, max(1, int(options.get("$top") or PAGE_MAX)))
-        offset = _offset(options.get("$skipToken"))
-        if offset is None:
+        answer = page(rows, request.get("options") or {})
+        if answer is None:
             return arm_error(400, "BadRequest", "the $skipToken is not one this service gave")
-        page = rows[offset:offset + top]
-        answer: Dict[str, Any] = {"totalRecords": len(rows), "count": len(page), "resultTruncated": "false",
-                                  "data": page, "facets": []}
-        if offset + top < len(rows):
-            answer["$skipToken"] = base64.urlsafe_b64encode(json.dumps({"o": offset + top}).encode()).decode()
         return json_response(200, answer)
+
+
+def page(rows: Sequence[Dict[str, Any]], options: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """One page of `rows` in Resource Graph's response shape (at most $top, 1000 by default and at most; the
+    skip token is the next offset), or None for a $skipToken this service never gave. Both stand-ins page
+    with it (sandbox/inventory_graph.py)."""
+    top = min(PAGE_MAX, max(1, int(options.get("$top") or PAGE_MAX)))
+    offset = _offset(options.get("$skipToken"))
+    if offset is None:
+        return None
+    chunk = list(rows[offset:offset + top])
+    answer: Dict[str, Any] = {"totalRecords": len(rows), "count": len(chunk), "resultTruncated": "false",
+                              "data": chunk, "facets": []}
+    if offset + top < len(rows):
+        answer["$skipToken"] = base64.urlsafe_b64encode(json.dumps({"o": offset + top}).encode()).decode()
+    return answer
 
 
 def _offset(token: Optional[str]) -> Optional[int]:

@@ -112,3 +112,15 @@ def test_parse_and_retry_after_pure() -> None:
     assert retry_after(Answer(429, {"Retry-After": "7"}, "")) == 7.0
     assert retry_after(Answer(429, {"retry-after": "soon"}, "")) is None
     assert retry_after(Answer(503, {}, "")) is None
+
+
+def test_the_sinks_and_queues_credential_takes_the_vms_limiter_and_the_imds_transport() -> None:
+    """What forwarder.imds.managed_identity_credential hands the REST sink and queue: the VM's one IMDS budget
+    and the http.client transport (HTTP(S)_PROXY never applies to IMDS)."""
+    from forwarder.imds import managed_identity_credential
+
+    limiter = RateLimiter()
+    credential = managed_identity_credential("00000000-0000-0000-0000-000000000001", limiter)
+    assert isinstance(credential, ManagedIdentityCredential) and credential.limiter is limiter
+    assert type(credential.http).__name__ == "ImdsHttp"
+    credential.close()

@@ -86,14 +86,29 @@ def read_all(server: processes.Server, count: int) -> List[Tuple[str, int, Any, 
     return sorted(got, key=lambda g: (g[0], g[1]))
 
 
-def test_rest_events_read_back_like_amqp_ones(hub: processes.Server, imds_server: processes.Server) -> None:
-    """The same envelopes through the REST sink (managed identity) and the AMQP sink (connection string):
-    the consumer reads identical bodies, properties and partition keys, in the same partition, in order."""
-    credential = ManagedIdentityCredential("", RateLimiter(), authority=imds_url(imds_server))
+class CountingLimiter(RateLimiter):
+    acquired = 0
+
+    def acquire(self, *args: Any, **kwargs: Any) -> None:
+        super().acquire(*args, **kwargs)
+        self.acquired += 1
+
+
+def test_rest_events_read_back_like_amqp_ones(hub: processes.Server, imds_server: processes.Server,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same envelopes through the REST sink (managed identity: the production path) and the AMQP sink
+    (connection string): the consumer reads identical bodies, properties and partition keys, in the same
+    partition, in order. The token comes from IMDS inside the VM's budget, never through a proxy."""
+    limiter = CountingLimiter()
+    credential = ManagedIdentityCredential("", limiter, authority=imds_url(imds_server))
     sent = [envelope("vmss-a", n) for n in range(3)]
     rest = rest_sink(hub, credential, Signer())
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # would break the token or the send if honoured
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     rest.send(sent)
     rest.close()
+    monkeypatch.delenv("HTTP_PROXY")
+    monkeypatch.delenv("http_proxy")
     conn = processes.eventhubs_connection_string(hub.port, HUB)
     amqp = EventHubSink(EventHubSettings(connection_string=conn), authenticator=Signer())
     amqp.send(sent)
@@ -108,6 +123,7 @@ def test_rest_events_read_back_like_amqp_ones(hub: processes.Server, imds_server
     token_calls = [r for r in requests.get(f"http://{processes.LOOPBACK}:{imds_server.port}/admin/requests"
                                            "?vm=vm0", timeout=5).json() if "oauth2/token" in r["path"]]
     assert len(token_calls) == 1 and "eventhubs.azure.net" in token_calls[0]["query"]["resource"]
+    assert limiter.acquired >= len(token_calls)  # the token call took a slot of the VM's IMDS budget
 
 
 def test_throttling_is_retried_no_sooner_than_retry_after(hub: processes.Server,

@@ -13,9 +13,6 @@ import pytest
 import schemas
 from forwarder import config as cfg
 from forwarder import sinks
-from forwarder.credential import ManagedIdentityCredential
-from forwarder.imds import managed_identity_credential
-from forwarder.ratelimit import RateLimiter
 from forwarder.sinks.base import SinkError
 from forwarder.sinks.eventhub import (
     CONTENT_TYPE,
@@ -26,9 +23,9 @@ from forwarder.sinks.eventhub import (
 )
 from sandbox import processes
 
-from .helpers import Consumer, admin, imds_url, wait_until
+from .helpers import Consumer, wait_until
 
-HUBS = ["split=4", "oversize=2", "keys=4", "identity=2", "sets=8"]
+HUBS = ["split=4", "oversize=2", "keys=4", "sets=8"]
 
 
 @pytest.fixture(scope="module")
@@ -179,17 +176,6 @@ def test_eventhub_is_the_default_sink_when_its_settings_are_given(tmp_path: Path
         sinks.make(incomplete)
 
 
-def test_managed_identity_credential_is_rate_limited_and_bypasses_proxies() -> None:
-    limiter = RateLimiter()
-    credential = managed_identity_credential("00000000-0000-0000-0000-000000000001", limiter)
-    assert isinstance(credential, ManagedIdentityCredential) and credential.limiter is limiter
-    assert type(credential.http).__name__ == "ImdsHttp"  # http.client: HTTP(S)_PROXY never applies to IMDS
-    sink = EventHubSink(EventHubSettings(namespace="ns.servicebus.windows.net", eventhub_name="h"),
-                        credential=credential)
-    assert sink.name == "eventhub:ns.servicebus.windows.net/h"
-    sink.close()  # never connected: closing is clean
-
-
 def test_envelopes_without_a_partition_key_are_refused_and_kept() -> None:
     sink = EventHubSink(EventHubSettings(connection_string="Endpoint=sb://127.0.0.1:1;EntityPath=h"),
                         client_factory=_no_client)
@@ -201,46 +187,6 @@ def test_envelopes_without_a_partition_key_are_refused_and_kept() -> None:
 
 def _no_client() -> Any:
     raise AssertionError("no client may be built for an envelope that cannot be keyed")
-
-
-def test_managed_identity_token_comes_from_imds_within_its_budget_and_the_send_succeeds(
-        server: processes.Server, imds_server: processes.Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The production auth path end to end: the forwarder's managed identity (MSAL's ManagedIdentityClient,
-    azure-identity's engine on a VM) gets its token from the IMDS simulator (pointed at by
-    AZURE_POD_IDENTITY_AUTHORITY_HOST, which both honour), inside the VM's IMDS budget; the SDK puts it on
-    $cbs; the send lands. Only use_tls=False differs from production (the sandbox server speaks plain
-    AMQP; bench/forwarder_footprint.py runs the same path over TLS)."""
-    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds_url(imds_server))
-    admin(imds_server, "DELETE", "/requests")
-    limiter = CountingLimiter()
-    credential = managed_identity_credential("", limiter)
-    sink = EventHubSink(EventHubSettings(namespace=f"127.0.0.1:{server.port}", eventhub_name="identity",
-                                         use_tls=False), credential=credential)
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # would break the token call if honoured
-    try:
-        sink.send([envelope("vm-mi", 1)])
-    finally:
-        sink.close()
-        monkeypatch.delenv("HTTP_PROXY")
-    tokens = admin(imds_server, "GET", "/requests?path=/metadata/identity/oauth2/token")
-    assert tokens and all(t["status"] == 200 for t in tokens)
-    assert tokens[0]["query"]["resource"] in ("https://eventhubs.azure.net/", "https://eventhubs.azure.net")
-    assert any(k.lower() == "metadata" for k in tokens[0]["headers"])
-    assert limiter.acquired >= len(tokens)  # every token call took a slot of the VM's IMDS budget
-    consumer = Consumer(processes.eventhubs_connection_string(server.port, "identity")).start()
-    try:
-        wait_until(lambda: consumer.items(), timeout=20, what="the event sent with managed identity")
-    finally:
-        consumer.close()
-    assert consumer.incarnations("vm-mi") == [1]
-
-
-class CountingLimiter(RateLimiter):
-    acquired = 0
-
-    def acquire(self, timeout: float = 30.0, stop: Any = None) -> None:
-        super().acquire(timeout=timeout, stop=stop)
-        self.acquired += 1
 
 
 class Blackhole:
