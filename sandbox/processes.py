@@ -24,14 +24,14 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def clock_env() -> Dict[str, str]:
-    """The variables that set this process's clock (Debian's faketime: LD_PRELOAD, FAKETIME*, and the
-    PYTHONPATH of tools/any_date.py's sleep fix), for a child started with an otherwise minimal environment,
-    so it keeps the same moved calendar as its parent (empty on a normal run)."""
-    if "FAKETIME" not in os.environ:
-        return {}
-    return {k: v for k, v in os.environ.items()
-            if k.startswith("FAKETIME") or k in ("LD_PRELOAD", "PYTHONPATH")}
+def minimal_env(**extra: str) -> Dict[str, str]:
+    """The environment a test gives a child on purpose stripped of everything (so no setting leaks in from
+    the test's own): the system PATH, this process's clock, and `extra`. The clock is Debian's faketime's
+    variables (LD_PRELOAD, FAKETIME*, and the PYTHONPATH of tools/any_date.py's sleep fix): a child keeps the
+    moved calendar its parent runs on (nothing on a normal run)."""
+    clock = {k: v for k, v in os.environ.items()
+             if "FAKETIME" in os.environ and (k.startswith("FAKETIME") or k in ("LD_PRELOAD", "PYTHONPATH"))}
+    return {"PATH": "/usr/bin:/bin", **clock, **extra}
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ repository (never copied in), filled from public snapshots:
 
 `python -m tools.policy_reference fill --types-git DIR --aliases-git DIR [CACHE]` fills it from git
 directories of those repositories (e.g. the search tool's `fetch`). Tests read it from `cache_dir()`
-and fail, naming this command, when it is absent.
+and are skipped, naming this command as the reason, when it is absent.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO
 from central.cli.closed_pipe import survives_closed_pipe
 from central.intake import aia, attested, trust_store
 from central.intake.chain import name_of
+from central.intake.trust_store import utc_second
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 2, 3
 
@@ -79,10 +80,6 @@ def _at(value: Optional[str]) -> datetime:
     return when
 
 
-def _day(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     try:
         text = stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -106,15 +103,15 @@ def run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
                   file=out)
         print_expiry(trust_store.expiry(trust, when), out)
         return EXIT_REFUSED
-    print(f"verified at {_day(when)} (domains {', '.join(trust.domains)})", file=out)
+    print(f"verified at {utc_second(when)} (domains {', '.join(trust.domains)})", file=out)
     print(f"vmId:         {doc.claims.get('vmId')}", file=out)
     print(f"subscription: {doc.claims.get('subscriptionId', '(none in this document)')}", file=out)
-    print(f"document:     {_day(doc.created)} .. {_day(doc.expires)}; chain valid "
-          f"{_day(doc.valid_from)} .. {_day(doc.valid_until)}", file=out)
+    print(f"document:     {utc_second(doc.created)} .. {utc_second(doc.expires)}; chain valid "
+          f"{utc_second(doc.valid_from)} .. {utc_second(doc.valid_until)}", file=out)
     print("chain:", file=out)
     for cert, source in zip(doc.chain, doc.sources):
-        print(f"  {source:<8} {name_of(cert.subject)}  [{_day(cert.not_valid_before_utc)} .. "
-              f"{_day(cert.not_valid_after_utc)}]", file=out)
+        print(f"  {source:<8} {name_of(cert.subject)}  [{utc_second(cert.not_valid_before_utc)} .. "
+              f"{utc_second(cert.not_valid_after_utc)}]", file=out)
     print_expiry(trust_store.expiry(trust, when), out)
     return EXIT_OK
 

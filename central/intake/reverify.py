@@ -115,27 +115,31 @@ def vm_of(row: Mapping[str, Any]) -> str:
     return str(row.get("VmId") or row.get("VmName") or "(no VM)")
 
 
-def by_vm(rows: Sequence[Mapping[str, Any]], most: int = 20) -> List[Tuple[str, int]]:
-    """(VM, count) of rows, the most first, at most `most` VMs."""
+def by_vm(rows: Sequence[Mapping[str, Any]]) -> List[Tuple[str, int]]:
+    """(VM, count) of rows, the most first."""
     counts: Dict[str, int] = {}
     for row in rows:
-        counts[vm_of(row)] = counts.get(vm_of(row), 0) + 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:most]
+        vm = vm_of(row)
+        counts[vm] = counts.get(vm, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _vm_counts(rows: Sequence[Mapping[str, Any]], most: int = 20) -> List[Dict[str, object]]:
+    return [{"vm": vm, "count": n} for vm, n in by_vm(rows)[:most]]
 
 
 def given_up_summary(rows: Sequence[Mapping[str, Any]]) -> Dict[str, object]:
-    """Health's record of the kept rows given up past the keep window: how many, of which VMs, when last."""
+    """Health's record of the kept rows given up past the keep window: how many, of which VMs (at most 20),
+    when last."""
     last = max((r["ReverifiedAt"] for r in rows if isinstance(r.get("ReverifiedAt"), datetime)), default=None)
-    return {"count": len(rows), "vms": [{"vm": vm, "count": n} for vm, n in by_vm(rows)],
-            "last": iso(last) if last else None}
+    return {"count": len(rows), "vms": _vm_counts(rows), "last": iso(last) if last else None}
 
 
 def given_up_alert(rows: Sequence[Mapping[str, Any]], days: int, now: datetime) -> Alert:
     """One critical alert for the rows this sweep gave up (the caller marked them done under their ETags, so
     two instances never alert on the same row): how many envelopes of which VMs, and what to do."""
     vms = by_vm(rows)
-    named = ", ".join(f"{vm} ({n})" for vm, n in vms) + (" and others" if len(by_vm(rows, 10**6)) > len(vms)
-                                                          else "")
+    named = ", ".join(f"{vm} ({n})" for vm, n in vms[:20]) + (" and others" if len(vms) > 20 else "")
     keys = sorted(f"{r['PartitionKey']}/{r['RowKey']}" for r in rows)
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
     oldest = min((str(r["PartitionKey"]) for r in rows), default="")
@@ -147,8 +151,7 @@ def given_up_alert(rows: Sequence[Mapping[str, Any]], days: int, now: datetime) 
         f"Quarantine table (Reverified = given-up, oldest day {oldest}); what they reported is lost to "
         "central's decisions. "
         "Repair the trust (docs/security.md, the CA-change runbook) so newer envelopes verify.",
-        now, facts={"count": len(rows), "vms": [{"vm": vm, "count": n} for vm, n in vms], "days": days,
-                    "oldestDay": oldest})
+        now, facts={"count": len(rows), "vms": _vm_counts(rows), "days": days, "oldestDay": oldest})
 
 
 def _first(bad: object) -> str:

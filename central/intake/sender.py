@@ -25,6 +25,7 @@ import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from central.model.envelope import Envelope
+from central.model.times import aware
 from schemas import authn as wire
 
 log = logging.getLogger("central.sender")  # stable: docs and queries select on it
@@ -136,7 +137,7 @@ class SenderAuth:
         if self.trust is not None:
             from central.intake import trust_store
 
-            out["trustExpiry"] = trust_store.expiry(self.trust, now or dt.datetime.now(dt.timezone.utc))
+            out["trustExpiry"] = trust_store.expiry(self.trust, aware(now))
         if self.mode == "preferred":
             out["acceptedUnsigned"] = self.accepted_unsigned
         if self.mode == "off":

@@ -93,13 +93,13 @@ def expiry(trust: attested.TrustConfig, now: datetime) -> Dict[str, Any]:
     certs = [*trust.roots, *trust.intermediates]
     live = sorted((c for c in certs if c.not_valid_after_utc > now), key=lambda c: c.not_valid_after_utc)
     out: Dict[str, Any] = {"expired": [{"subject": _cn(c), "source": trust.source(c),
-                                        "notAfter": _iso(c.not_valid_after_utc)}
+                                        "notAfter": utc_second(c.not_valid_after_utc)}
                                        for c in certs if c.not_valid_after_utc <= now]}
     if not live:
         return {**out, "earliest": None, "warning": "every certificate of the trust has expired"}
     first = live[0]
     days = int((first.not_valid_after_utc - now).total_seconds() // 86400)
-    out.update({"earliest": _iso(first.not_valid_after_utc), "subject": _cn(first),
+    out.update({"earliest": utc_second(first.not_valid_after_utc), "subject": _cn(first),
                 "source": trust.source(first), "daysLeft": days, "warning": None})
     if days < EXPIRY_WARNING_DAYS:
         fix = {"operator": "replace it in AUTHN_TRUST_PEM", "shipped": "upgrade central (a release ships its "
@@ -110,5 +110,6 @@ def expiry(trust: attested.TrustConfig, now: datetime) -> Dict[str, Any]:
     return out
 
 
-def _iso(when: datetime) -> str:
+def utc_second(when: datetime) -> str:
+    """A certificate time as se-attest and health print it: UTC, to the second (2028-05-25T23:49:25Z)."""
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from central.intake import reverify as planning
@@ -76,9 +76,7 @@ class Reverifier:
     def due(self, now: datetime) -> bool:
         """The timer's rule: this instance's first tick, then every RETRY_SECONDS (one query when nothing
         is held)."""
-        if self.last_run is None:
-            return True
-        return (now - self.last_run).total_seconds() >= RETRY_SECONDS
+        return _due(self.last_run, now, RETRY_SECONDS)
 
     def run(self, now: datetime, result: BatchResult) -> Set[str]:
         """Re-verify and apply what can be; returns the events to decide about. StoreError propagates
@@ -130,10 +128,10 @@ class Reverifier:
         """The timer's daily sweep: mark every kept row past the keep window given up (under its ETag: of two
         instances sweeping at once, each marks and alerts on the rows it won) and return the one critical
         alert that names them, or None."""
-        if self.last_sweep is not None and (now - self.last_sweep).total_seconds() < SWEEP_SECONDS:
+        if not _due(self.last_sweep, now, SWEEP_SECONDS):
             return None
+        rows = kept.expired(self.store, now, self.days)  # a StoreError: the next tick sweeps again
         self.last_sweep = now
-        rows = kept.expired(self.store, now, self.days)
         if not rows:
             return None
         reason = f"past AUTHN_HELD_DAYS ({self.days} days) without verifying: given up, never applied"
@@ -144,14 +142,14 @@ class Reverifier:
         if not mine:
             return None
         log.error("se.reverify given-up: %d kept envelope(s) past the %d-day keep window: %s", len(mine),
-                  self.days, ", ".join(f"{vm} {n}" for vm, n in planning.by_vm(mine)))
+                  self.days, ", ".join(f"{vm} {n}" for vm, n in planning.by_vm(mine)[:20]))
         return planning.given_up_alert(mine, self.days, now)
 
     def summary(self, now: datetime) -> Dict[str, Any]:
         """Envelopes held for trust (count, oldest receive time, issuers), those given up past the keep
         window (`givenUp`) and those past it not yet given up (`pastWindow`), read at most once a minute."""
         cached = self._summary
-        if cached is not None and timedelta(0) <= now - cached[0] < timedelta(seconds=SUMMARY_SECONDS):
+        if cached is not None and not _due(cached[0], now, SUMMARY_SECONDS):
             return cached[1]
         rows = kept.recent(self.store, now, self.days)
         window = kept.first_kept_day(now, self.days)
@@ -167,3 +165,12 @@ class Reverifier:
             found["lastRun"] = {"at": self.last_run.isoformat(), **{k: v for k, v in self.last.items() if v}}
         self._summary = (now, found)
         return found
+
+
+def _due(last: Optional[datetime], now: datetime, seconds: float) -> bool:
+    """Every `seconds` from `last` (None: at once); a clock that went back past `last` is due at once too,
+    rather than waiting until it passes the old mark again."""
+    if last is None:
+        return True
+    gap = (now - last).total_seconds()
+    return gap >= seconds or gap < 0

@@ -20,6 +20,7 @@ from azure.core.pipeline.transport import RequestsTransport
 
 from central.intake.plan import HEARTBEAT_MISSING_MINUTES
 from central.policy import coverage
+from central.store.held import HELD_DAYS
 
 from .alert_rules import DEFAULT_FLOOR, SEVERITIES
 from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
@@ -86,7 +87,7 @@ class CentralSettings:
     authn_trust_pem: str = ""  # AUTHN_TRUST_PEM: roots/intermediates added to the shipped trust
     authn_metadata_domains: str = ""  # AUTHN_METADATA_DOMAINS (comma-separated); empty: public + US Gov
     authn_aia_hosts: str = ""  # AUTHN_AIA_HOSTS (comma-separated); empty: Microsoft's and DigiCert's
-    authn_held_days: int = 7  # AUTHN_HELD_DAYS: days a trust-refused envelope is kept for re-verification
+    authn_held_days: int = HELD_DAYS  # AUTHN_HELD_DAYS: days a trust-refused envelope is kept, re-verified
     report_grace: float = 120.0  # REPORT_GRACE_SECONDS (central.policy.witness)
     claims_per_hour: int = 4  # CLAIMS_COUNTED_PER_HOUR
     confirm_scopes: str = ""  # PLATFORM_CONFIRM_SCOPES
@@ -145,7 +146,7 @@ class CentralSettings:
 
 def _held_days(settings: Mapping[str, str]) -> int:
     """AUTHN_HELD_DAYS: whole days, 1 to 365 (Quarantine's partitions are UTC days)."""
-    text = (settings.get("AUTHN_HELD_DAYS") or "7").strip()
+    text = (settings.get("AUTHN_HELD_DAYS") or str(HELD_DAYS)).strip()
     if not text.isdigit() or not 1 <= int(text) <= 365:
         raise SettingsError(f"AUTHN_HELD_DAYS must be a whole number of days from 1 to 365, got {text!r}")
     return int(text)

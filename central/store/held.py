@@ -25,7 +25,7 @@ from .tables import MAX_OPS, Conflict, Op, TableLog
 
 HELD_DAYS = 7  # AUTHN_HELD_DAYS' default: kept rows older than this are given up, not re-verified
 GIVEN_UP = "given-up"  # the `Reverified` outcome of a row that passed the keep window
-SHOWN_DAYS = 30  # health shows rows given up in the partitions this many days past the window
+SHOWN_DAYS = 30  # the partitions this many days past the window: swept for rows to give up, shown in health
 CLAIM_SECONDS = 600
 SUMMARY_COLUMNS = ["PartitionKey", "RowKey", "EnqueuedAt", "TrustIssuer", "Reverify", "ReverifyUntil",
                    "Reverified", "ReverifiedAt", "VmId", "VmName"]
@@ -54,9 +54,13 @@ def recent(store: TableLog, now: datetime, days: int = HELD_DAYS) -> List[Tuple[
 
 
 def expired(store: TableLog, now: datetime, days: int = HELD_DAYS) -> List[Tuple[Dict[str, Any], str]]:
-    """(entity, etag) of every trust-refused row past the keep window that is not done nor under a live
-    claim, however old (summary columns): the rows to give up."""
-    found = _trust_rows(store, "PartitionKey lt @d0", {"d0": first_kept_day(now, days)}, SUMMARY_COLUMNS)
+    """(entity, etag) of every trust-refused row past the keep window, in the SHOWN_DAYS partitions after it
+    (what health counts as `pastWindow`), that is not done nor under a live claim: the rows to give up.
+    Bounded, so the daily sweep never re-reads the whole history: a row is older than that only when no
+    instance's timer ran for SHOWN_DAYS (docs/security.md)."""
+    found = _trust_rows(store, "PartitionKey ge @d0 and PartitionKey lt @d1",
+                        {"d0": day(now - timedelta(days=days + SHOWN_DAYS)), "d1": first_kept_day(now, days)},
+                        SUMMARY_COLUMNS)
     return [(e, etag) for e, etag in found if pending(e, now)]
 
 

@@ -62,7 +62,7 @@ param platformFeedEffect string = 'Modify'
 param assignmentName string = 'se-coverage'
 
 var initiative = loadJsonContent('initiative.json')
-// Policy definitions as Azure stores them (the rules are tested as JSON: tests/infra/test_policy_rules.py).
+// Policy definitions as Azure stores them (the rules are tested as JSON: tests/infra/test_coverage_policy.py).
 var bodies = {
   'forwarder-vm': loadJsonContent('definitions/forwarder-vm.json')
   'forwarder-vmss': loadJsonContent('definitions/forwarder-vmss.json')

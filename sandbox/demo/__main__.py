@@ -69,7 +69,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="the practice fleet: real time, a policy that leaves events pending, up until "
                              "Ctrl-C; prints the central URL, the function key and commands to paste")
     args = parser.parse_args(argv)
-    args.work = args.work.resolve()  # `make sandbox` passes `--work .sandbox`: every path below is absolute
     if args.serve:
         from sandbox.demo.practice import serve
 

@@ -106,7 +106,9 @@ class Fleet:
 
     def __init__(self, settings: FleetSettings) -> None:
         self.settings = settings
-        self.work = settings.work
+        # `make sandbox` and `make demo` pass relative folders: every path the fleet writes into settings
+        # files and argv is absolute from here
+        self.work = settings.work.resolve()
         self.servers: Dict[str, processes.Server] = {}
         self.forwarders: Dict[str, processes.Server] = {}
         self.imds: Optional[ImdsSimulator] = None

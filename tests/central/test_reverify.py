@@ -216,3 +216,19 @@ def test_the_keep_window_is_a_checked_setting(env: Env) -> None:
     for bad in ("0", "366", "7.5", "a week"):
         with pytest.raises(SettingsError, match="AUTHN_HELD_DAYS must be a whole number"):
             CentralService.from_settings(env.settings(AUTHN_HELD_DAYS=bad))
+
+
+def test_the_sweep_reads_only_the_partitions_health_shows(env: Env) -> None:
+    """The daily sweep is bounded (never the whole Quarantine history): the SHOWN_DAYS partitions past the
+    keep window, the same ones health counts as pastWindow."""
+    broken = _outage(env)["broken"]
+    assert len(kept.expired(broken.store, T0 + timedelta(days=9))) == 6
+    assert kept.expired(broken.store, T0 + timedelta(days=kept.HELD_DAYS + kept.SHOWN_DAYS + 2)) == []
+
+
+def test_the_timers_are_due_first_then_every_period_and_when_the_clock_went_back() -> None:
+    from central.runtime.reverify import _due
+
+    assert _due(None, T0, 60)
+    assert not _due(T0, T0 + timedelta(seconds=59), 60) and _due(T0, T0 + timedelta(seconds=60), 60)
+    assert _due(T0, T0 - timedelta(seconds=1), 60)  # not suppressed until the clock passes T0 again

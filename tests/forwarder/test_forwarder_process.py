@@ -142,7 +142,7 @@ def run_check(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config.write_text("{}")
     return subprocess.run([sys.executable, "-m", "forwarder", "check", "--json", "--config", str(config),
                            *args], capture_output=True, text=True, timeout=60, cwd=processes.REPO,
-                          env={"PATH": "/usr/bin:/bin", **DEAD_PROXY, **processes.clock_env()})
+                          env=processes.minimal_env(**DEAD_PROXY))
 
 
 # If the CLI ever honoured these, every IMDS call would fail and `check` would exit 3, not 0.

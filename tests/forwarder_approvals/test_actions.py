@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from forwarder.approvals import naming
+from sandbox import processes
 from sandbox.imds.client import ImdsSimulator, wait_for
 
 from .helpers import VM0, Rig, approval, write_hook
@@ -252,8 +253,7 @@ def _cli(sim: ImdsSimulator, rig: Rig, *args: str) -> subprocess.CompletedProces
                            "--imds-url", sim.vm_url("vm0"), "--state-dir", str(rig.state_dir),
                            "--hook-dir", str(rig.hook_dir), "--config", str(rig.state_dir / "none.json")],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "SUDO_USER": "alice", "USER": "ceo",
-                               "LOGNAME": "ceo"})
+                          env=processes.minimal_env(SUDO_USER="alice", USER="ceo", LOGNAME="ceo"))
 
 
 def test_cli_approve_posts_and_reports(rig: Rig, sim: ImdsSimulator) -> None:

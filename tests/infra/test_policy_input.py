@@ -16,6 +16,7 @@ from typing import Dict, Optional
 import yaml
 
 from central.policy import document as policy
+from sandbox import processes
 from tools.bicep_check import node_text, parse, string_value, walk
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,8 +27,8 @@ SE_POLICY = REPO / ".venv" / "bin" / "se-policy"
 
 def _hook(env: Optional[Dict[str, str]] = None, script: Path = HOOK) -> subprocess.CompletedProcess:
     # The operator API's registration is given (infra/hooks/operator-app.sh then needs no az).
-    environ = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
-               "SE_OPERATOR_API_CLIENT_ID": "5d0c6a1e-2b3f-4c7d-8e9a-0b1c2d3e4f50"}
+    environ = processes.minimal_env(HOME=os.environ.get("HOME", "/tmp"),
+                                    SE_OPERATOR_API_CLIENT_ID="5d0c6a1e-2b3f-4c7d-8e9a-0b1c2d3e4f50")
     environ.update(env or {})
     return subprocess.run(["sh", str(script)], capture_output=True, text=True, env=environ, timeout=60)
 

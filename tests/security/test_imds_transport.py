@@ -38,8 +38,8 @@ def imds_requests(server: processes.Server) -> list:
 
 def test_check_cli_ignores_every_proxy_variable(imds_server: processes.Server, proxy: Any,
                                                 tmp_path: Path) -> None:
-    env = {"PATH": "/usr/bin:/bin", **{name: localhttp.url(proxy) for name in PROXY_VARS},
-           "NO_PROXY": "example.invalid", "no_proxy": "example.invalid", **processes.clock_env()}
+    env = processes.minimal_env(**{name: localhttp.url(proxy) for name in PROXY_VARS},
+                                NO_PROXY="example.invalid", no_proxy="example.invalid")
     (tmp_path / "config.json").write_text("{}")
     done = subprocess.run(
         [sys.executable, "-m", "forwarder", "check", "--json", "--config", str(tmp_path / "config.json"),
