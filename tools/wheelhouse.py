@@ -16,7 +16,6 @@ Upload them all to the artifacts container (docs/deploy.md). This machine needs 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -66,10 +65,6 @@ def download_dependencies(dest: Path, platforms: Sequence[str], pythons: Sequenc
         platform_args = [arg for name in platforms for arg in ("--platform", name)]
         _pip(["download", "--quiet", "--no-deps", "--only-binary=:all:", "--implementation", "cp",
               "--python-version", python, *platform_args, "-r", str(lock), "-d", str(dest)])
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def windows_extras(stage: Path, wheels: Path, interpreter: Path) -> None:
@@ -125,7 +120,7 @@ def build(out: Path, targets: Sequence[str], pythons: Sequence[str],
             size_kib = bundle.stat().st_size // 1024
             print(f"wheelhouse: {bundle.name}: {count} wheels, {size_kib} KiB", flush=True)
     sums = out / "SHA256SUMS"
-    sums.write_text("".join(f"{_sha256(p)}  {p.name}\n" for p in sorted(set(produced))))
+    sums.write_text("".join(f"{embedded_python.sha256(p)}  {p.name}\n" for p in sorted(set(produced))))
     produced.append(sums)
     return produced
 

@@ -187,7 +187,8 @@ def test_first_load_weight_is_measured(fleet: Fleet, page: Page) -> None:
                             "performance.getEntriesByType('resource')).map(e => ({name: e.name, "
                             "transfer: e.transferSize, body: e.encodedBodySize}))")
     total = sum(e["transfer"] for e in entries)
-    assert total > 300_000  # msal-browser alone is ~310 KB: the figure counts it
+    # msal-browser alone is ~310 KB: the figure counts it; a budget keeps the page from growing unseen
+    assert 300_000 < total < 420_000, total
     ARTEFACTS.mkdir(exist_ok=True)
     figures = {"totalTransferBytes": total, "entries": entries}
     (ARTEFACTS / "weight.json").write_text(json.dumps(figures, indent=1))

@@ -24,7 +24,13 @@ SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_ca
 
 
 def checkout_view(dest: Path) -> Path:
-    """A checkout root at `dest`: this repository's files copied (times kept), its installs linked."""
+    """A checkout root at `dest`: this repository's files copied (times kept), its installs linked. The
+    installs must be current (`make test` makes them so): a stale stamp would make `make` rebuild the linked
+    `.venv` or `node_modules` of this repository. The venv's console scripts (se-policy, se-fleet) run this
+    repository's code, which the copy is identical to."""
+    stale = subprocess.run(["make", "-q", "bootstrap"], cwd=processes.REPO, env=shell_env(),
+                           capture_output=True, check=False)
+    assert stale.returncode == 0, "`make bootstrap` first: the installs the checkout links are out of date"
     dest.mkdir(parents=True, exist_ok=True)
     for entry in sorted(processes.REPO.iterdir()):
         if entry.name in OWN or (dest / entry.name).exists():

@@ -30,10 +30,11 @@ def _practice_commands(banner: str) -> Tuple[Dict[str, str], Dict[str, str]]:
     return env, cmds
 
 
-def _sh(command: str, env: Dict[str, str], event: str = "", raw: bool = False) -> Any:
-    """Run a printed command as pasted into bash; its JSON answer (`raw`: its output)."""
-    full = {**os.environ, **env, "EVENT": event}
-    out = subprocess.run(["bash", "-c", command], env=full, capture_output=True, text=True, timeout=60)
+def _sh(root: Path, command: str, env: Dict[str, str], event: str = "", raw: bool = False) -> Any:
+    """Run a printed command as pasted into bash at the checkout's root, in a person's shell environment with
+    the banner's exports; its JSON answer (`raw`: its output)."""
+    out = subprocess.run(["bash", "-c", command], cwd=root, env=shell_env({**env, "EVENT": event}),
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, (command, out.stdout, out.stderr)
     return out.stdout if raw else json.loads(out.stdout)
 
@@ -70,14 +71,14 @@ def test_make_sandbox_drives_hold_release_approve_through_its_printed_commands(t
         assert {"add-event", "add-db-event", "pending", "event", "hold", "release", "approve", "imds",
                 "fleet"} <= set(cmds)
 
-        printed = _sh(cmds["add-event"], env, raw=True).strip()
+        printed = _sh(root, cmds["add-event"], env, raw=True).strip()
         assert printed.startswith("EVENT="), printed
         event = printed[len("EVENT="):]
         # the web VM's Reboot waits for a window that opens after its NotBefore: pending, no approval sent
         view: Dict[str, Any] = {}
         until = time.monotonic() + 60
         while time.monotonic() < until:
-            pending = [e for e in _sh(cmds["pending"], env) if e["eventId"] == event]
+            pending = [e for e in _sh(root, cmds["pending"], env) if e["eventId"] == event]
             if pending and pending[0]["state"] not in ("new", None):
                 view = pending[0]
                 break
@@ -85,29 +86,29 @@ def test_make_sandbox_drives_hold_release_approve_through_its_printed_commands(t
         assert view, "the injected event never became pending with a policy decision"
         # its window opens after its NotBefore: no approval is ever sent (issue 26: one name for it)
         assert view["state"] == "starts-at-notbefore" and view["approvals"] == [], view
-        held = _sh(cmds["hold"], env, event)
+        held = _sh(root, cmds["hold"], env, event)
         assert held["state"] == "held", held
-        released = _sh(cmds["release"], env, event)
+        released = _sh(root, cmds["release"], env, event)
         assert released["state"] != "held", released
-        approved = _sh(cmds["approve"], env, event)
+        approved = _sh(root, cmds["approve"], env, event)
         assert approved["state"] == "approving", approved
         until = time.monotonic() + 60
         sim: Dict[str, Any] = {}
         while time.monotonic() < until:
-            sim = _sh(cmds["imds"], env, event)
+            sim = _sh(root, cmds["imds"], env, event)
             if sim.get("approvedBy"):
                 break
             time.sleep(1)
         assert sim.get("approvedBy") == ["vm-a"] and sim["state"] in ("Started", "gone", "Gone"), sim
-        history = _sh(cmds["event"], env, event)
+        history = _sh(root, cmds["event"], env, event)
         ops = [d["action"] for d in history["decisions"] if str(d["action"]).startswith("operator-")]
         assert ops == ["operator-hold", "operator-release", "operator-approve"], history["decisions"]
         # decided by the signed-in person of the printed token, never by a name a caller wrote
         olga = "operator:olga.operator@contoso.com (0c0a4f1e-5d7b-4c55-9a3e-7f2d8e6b1a01)"
         deciders = {d.get("decidedBy") for d in history["decisions"] if d["action"] in ops}
         assert deciders == {olga}, deciders
-        fleet = subprocess.run(["bash", "-c", cmds["fleet"]], env={**os.environ, **env}, capture_output=True,
-                               text=True, timeout=60)
+        fleet = subprocess.run(["bash", "-c", cmds["fleet"]], cwd=root, env=shell_env(env),
+                               capture_output=True, text=True, timeout=60)
         assert f"{event[:8]}(approv" in fleet.stdout and fleet.returncode in (0, 1), (fleet.stdout,
                                                                                       fleet.stderr)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground job

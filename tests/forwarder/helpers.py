@@ -117,3 +117,27 @@ class Forwarder:
             except ValueError:
                 out.append({"msg": line, "level": "raw"})
         return out
+
+
+class ExpiringCredential:
+    """Stands for the VM's credential at the REST clients' interface when a service refuses a token: an
+    expired token first, a fresh one after `forget` (both the IMDS simulator's own, sandbox_token). The real
+    credential's forget() is tested in tests/forwarder/test_credential.py."""
+
+    def __init__(self, resource: str) -> None:
+        from sandbox.imds.metadata import sandbox_token
+
+        self.forgotten: List[str] = []
+        ident = type("Ident", (), {"vmId": "vm-x", "resourceId": "/subscriptions/s/vm-x"})()
+        now = int(time.time())
+        self.tokens = [sandbox_token(ident, resource, now - 7200, lifetime=3600),
+                       sandbox_token(ident, resource, now)]
+
+    def get_token(self, scope: str) -> Any:
+        from forwarder.credential import AccessToken
+
+        return AccessToken(self.tokens[0], 0)
+
+    def forget(self, scope: str) -> None:
+        self.forgotten.append(scope)
+        self.tokens.pop(0)

@@ -124,3 +124,21 @@ def test_the_sinks_and_queues_credential_takes_the_vms_limiter_and_the_imds_tran
     assert isinstance(credential, ManagedIdentityCredential) and credential.limiter is limiter
     assert type(credential.http).__name__ == "ImdsHttp"
     credential.close()
+
+
+def test_a_forgotten_token_is_asked_for_again_and_only_for_its_resource(
+        imds_server: processes.Server) -> None:
+    """What the REST sink and queue do when a service refuses a token (401 / AuthenticationFailed): forget()
+    drops that resource's cached token, so the next get_token goes to IMDS; another resource's stays."""
+    credential = ManagedIdentityCredential("", RateLimiter(), authority=imds_url(imds_server))
+    storage = "https://storage.azure.com/.default"
+    credential.get_token(EH)
+    credential.get_token(storage)
+    credential.get_token(EH)  # cached: no call
+    assert len(token_calls(imds_server)) == 2
+    credential.forget(EH)
+    credential.get_token(EH)
+    credential.get_token(storage)  # still cached
+    calls = token_calls(imds_server)
+    assert len(calls) == 3 and "eventhubs" in calls[-1]["query"]["resource"], calls
+    credential.close()

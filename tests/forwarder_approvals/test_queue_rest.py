@@ -5,7 +5,6 @@ documents them; a missing queue; an expired token refused, forgotten, replaced; 
 from __future__ import annotations
 
 import ssl
-import time
 from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
@@ -15,11 +14,10 @@ from azure.storage.queue import QueueClient
 from bench.tlsrelay import make_certificate
 from forwarder.approvals import queue as queue_mod
 from forwarder.approvals.queue_rest import QueueNotFound, QueueRestClient, parse_messages
-from forwarder.credential import AccessToken, ManagedIdentityCredential
+from forwarder.credential import ManagedIdentityCredential
 from forwarder.ratelimit import RateLimiter
 from sandbox import processes
-from sandbox.imds.metadata import sandbox_token
-from tests.forwarder.helpers import imds_url
+from tests.forwarder.helpers import ExpiringCredential, imds_url
 
 
 @pytest.fixture(scope="module")
@@ -82,30 +80,12 @@ def test_a_missing_queue_is_queue_not_found(azurite_oauth: Tuple[processes.Serve
     assert QueueNotFound in missing and issubclass(QueueNotFound, unavailable)
 
 
-class Expiring:
-    """An expired Storage token first, a fresh one after `forget` (both minted by the IMDS simulator)."""
-
-    def __init__(self) -> None:
-        self.forgotten: List[str] = []
-        ident = type("Ident", (), {"vmId": "vm-x", "resourceId": "/subscriptions/s/vm-x"})()
-        now = int(time.time())
-        self.tokens = [sandbox_token(ident, "https://storage.azure.com", now - 7200, lifetime=3600),
-                       sandbox_token(ident, "https://storage.azure.com", now)]
-
-    def get_token(self, scope: str) -> AccessToken:
-        return AccessToken(self.tokens[0], 0)
-
-    def forget(self, scope: str) -> None:
-        self.forgotten.append(scope)
-        self.tokens.pop(0)
-
-
 def test_an_expired_token_is_refused_forgotten_and_replaced(
         azurite_oauth: Tuple[processes.Server, Path]) -> None:
     server, cert = azurite_oauth
     central = sdk_queue(server, cert, "vm-rest-exp")
     central.create_queue()
-    credential = Expiring()
+    credential = ExpiringCredential("https://storage.azure.com")
     client = rest_queue(server, cert, "vm-rest-exp", credential)
     with pytest.raises(queue_mod.QueueError, match="HTTP 403 AuthenticationFailed") as info:
         client.receive_messages(visibility_timeout=30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -15,7 +14,7 @@ import pytest
 import requests
 from azure.eventhub import EventHubConsumerClient
 
-from forwarder.credential import AccessToken, ManagedIdentityCredential
+from forwarder.credential import ManagedIdentityCredential
 from forwarder.outbox import Outbox
 from forwarder.publisher import Publisher
 from forwarder.ratelimit import RateLimiter
@@ -23,7 +22,7 @@ from forwarder.sinks.base import SinkError
 from forwarder.sinks.eventhub import EventHubSettings, EventHubSink
 from forwarder.sinks.eventhub_rest import MAX_REQUEST, EventHubRestSink, batch_item, requests_for
 from sandbox import processes
-from sandbox.imds.metadata import sandbox_token
+from tests.forwarder.helpers import ExpiringCredential
 
 from .helpers import HUB, imds_url, wait_until
 
@@ -166,27 +165,8 @@ def test_the_publisher_waits_out_retry_after(tmp_path: Path) -> None:
     outbox.close()
 
 
-class Expiring:
-    """The first token has expired (the service refuses it); after `forget`, a fresh one. Tokens are the
-    IMDS simulator's own (sandbox_token)."""
-
-    def __init__(self) -> None:
-        self.forgotten: List[str] = []
-        ident = type("Ident", (), {"vmId": "vm-x", "resourceId": "/subscriptions/s/vm-x"})()
-        now = int(time.time())
-        self.tokens = [sandbox_token(ident, "https://eventhubs.azure.net", now - 7200, lifetime=3600),
-                       sandbox_token(ident, "https://eventhubs.azure.net", now)]
-
-    def get_token(self, scope: str) -> AccessToken:
-        return AccessToken(self.tokens[0], 0)
-
-    def forget(self, scope: str) -> None:
-        self.forgotten.append(scope)
-        self.tokens.pop(0)
-
-
 def test_an_expired_token_is_refused_forgotten_and_replaced(hub: processes.Server) -> None:
-    credential = Expiring()
+    credential = ExpiringCredential("https://eventhubs.azure.net")
     sink = rest_sink(hub, credential)
     with pytest.raises(SinkError, match=r"HTTP 401.*ExpiredToken") as info:
         sink.send([envelope("vm-e", 1)])
