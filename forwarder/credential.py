@@ -124,7 +124,7 @@ class ManagedIdentityCredential:
         backoff = Backoff(base=0.5, cap=8.0)
         problem = ""
         for attempt in range(1, ATTEMPTS + 1):
-            self.limiter.acquire(timeout=30.0, stop=self.stop)
+            slot = self.limiter.acquire(timeout=30.0, stop=self.stop)
             self.requests += 1
             answer: Optional[Answer] = None
             try:
@@ -132,7 +132,9 @@ class ManagedIdentityCredential:
                                             TIMEOUT[0], TIMEOUT[1], MAX_BODY)
             except (TransportError, BodyTooLarge) as exc:
                 problem = f"IMDS did not answer ({exc})"
-            else:
+            finally:
+                self.limiter.answered(slot)
+            if answer is not None:
                 if answer.status == 200:
                     try:
                         return parse_token(answer.text, self.clock())

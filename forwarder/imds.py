@@ -200,7 +200,7 @@ class ImdsClient:
         while True:
             attempts += 1
             try:
-                self.limiter.acquire(timeout=max(1.0, self.retry_seconds), stop=self.stop)
+                slot = self.limiter.acquire(timeout=max(1.0, self.retry_seconds), stop=self.stop)
             except RateLimitTimeout as exc:
                 if self.stop is not None and self.stop.is_set():
                     raise ImdsStopped("stopping") from exc
@@ -220,6 +220,8 @@ class ImdsClient:
                 answer, status, text = None, None, ""
                 last = str(exc)[:300]
                 self._record(None, last)
+            finally:
+                self.limiter.answered(slot)
             if status in ok:
                 with self._lock:
                     self._answered = True

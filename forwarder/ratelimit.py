@@ -31,14 +31,15 @@ class RateLimiter:
         self._lock = threading.Lock()
 
     def _wait_needed(self, now: float) -> float:
-        while self._stamps and now - self._stamps[0] >= self.window:
-            self._stamps.popleft()
+        # answered() moves a stamp later, so the oldest is not always first: a handful of floats, scanned
+        self._stamps = deque(t for t in self._stamps if now - t < self.window)
         if len(self._stamps) < self.limit:
             return 0.0
-        return self.window - (now - self._stamps[0])
+        return self.window - (now - min(self._stamps))
 
-    def acquire(self, timeout: float = 30.0, stop: Optional[threading.Event] = None) -> None:
-        """Block until a slot is free (or raise RateLimitTimeout after `timeout` seconds)."""
+    def acquire(self, timeout: float = 30.0, stop: Optional[threading.Event] = None) -> float:
+        """Block until a slot is free (or raise RateLimitTimeout after `timeout` seconds); returns the slot's
+        stamp, for answered()."""
         deadline = self._clock() + timeout
         while True:
             with self._lock:
@@ -46,7 +47,7 @@ class RateLimiter:
                 wait = self._wait_needed(now)
                 if wait <= 0:
                     self._stamps.append(now)
-                    return
+                    return now
             if now + wait > deadline:
                 raise RateLimitTimeout(f"no IMDS request slot free within {timeout:.1f}s "
                                        f"(limit {self.limit} per {self.window:.2f}s)")
@@ -55,3 +56,15 @@ class RateLimiter:
                     raise RateLimitTimeout("stopping")
             else:
                 time.sleep(wait)
+
+    def answered(self, stamp: float) -> None:
+        """The request of the slot stamped `stamp` was answered (or failed): count it from now. IMDS counts a
+        request when it arrives, some time between the send and the answer; a slot counted from its send
+        lets a slow first request and a prompt sixth land inside IMDS's one second (a 429). Counted from the
+        answer, no arrival is later than its stamp, so the window holds."""
+        with self._lock:
+            try:
+                self._stamps.remove(stamp)
+            except ValueError:
+                return  # already out of the window
+            self._stamps.append(self._clock())

@@ -179,6 +179,24 @@ def test_rate_limiter_blocks_then_grants() -> None:
     limiter.acquire(timeout=1.0)  # a slot frees after the window
 
 
+def test_a_slot_counts_from_its_answer_so_a_slow_first_request_cannot_crowd_imds() -> None:
+    """IMDS counts arrivals: a first request answered 0.3 s after it was sent may have arrived then, so the
+    sixth may not be sent before 0.3 s + the window (counted from the send it would go at 1.0 s)."""
+    now = [0.0]
+    limiter = RateLimiter(limit=5, window=1.0, clock=lambda: now[0])
+    slots = [limiter.acquire(timeout=0) for _ in range(5)]
+    now[0] = 0.3
+    limiter.answered(slots[0])  # the slow first one
+    for slot in slots[1:]:
+        limiter.answered(slot)
+    now[0] = 1.05
+    with pytest.raises(RateLimitTimeout):
+        limiter.acquire(timeout=0)  # 0.3 + 1.0 > 1.05: still inside IMDS's second for the first arrival
+    now[0] = 1.31
+    limiter.acquire(timeout=0)
+    limiter.answered(-1.0)  # a stamp already out of the window: nothing to move
+
+
 # ---- config precedence ----------------------------------------------------------------------
 
 def test_config_precedence_flag_env_file_default(tmp_path: Path) -> None:

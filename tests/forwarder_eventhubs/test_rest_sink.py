@@ -88,9 +88,9 @@ def read_all(server: processes.Server, count: int) -> List[Tuple[str, int, Any, 
 class CountingLimiter(RateLimiter):
     acquired = 0
 
-    def acquire(self, *args: Any, **kwargs: Any) -> None:
-        super().acquire(*args, **kwargs)
+    def acquire(self, *args: Any, **kwargs: Any) -> float:
         self.acquired += 1
+        return super().acquire(*args, **kwargs)
 
 
 def test_rest_events_read_back_like_amqp_ones(hub: processes.Server, imds_server: processes.Server,
