@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
-SUITES = ("tests/central", "tests/forwarder", "tests/forwarder_approvals", "tests/schemas", "tests/security",
-          "tests/test_repository.py")
+SUITES = ("tests/central", "tests/central_multi", "tests/forwarder", "tests/forwarder_approvals",
+          "tests/schemas", "tests/security", "tests/test_repository.py")
 SHIFTS = ("+400d", "-30d")
 DESELECTED: set = set()  # none: every test of the suites runs on a moved clock
 TIMEOUT_PER_TEST = 300

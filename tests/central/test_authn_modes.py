@@ -92,7 +92,7 @@ def test_preferred_accepts_unsigned_only_from_vms_never_seen_signed(env: Env) ->
     assert downgrade.quarantined == 1
     rows = env.rows("Quarantine")
     assert any("(downgrade)" in r["Errors"] for r in rows)
-    status = svc.health()["senderAuthentication"]
+    status = svc.health(now=T0)["senderAuthentication"]
     assert status["mode"] == "preferred" and status["acceptedUnsigned"] == 1
 
 
@@ -100,7 +100,7 @@ def test_off_warns_at_start_and_shows_in_health_and_fleet(env: Env, caplog: pyte
     with caplog.at_level(logging.WARNING, logger="central.sender"):
         svc = CentralService.from_settings(env.settings(AUTHN_MODE="off"))
     assert any("se.authn.off" in r.getMessage() for r in caplog.records)
-    status = svc.health()["senderAuthentication"]
+    status = svc.health(now=T0)["senderAuthentication"]
     assert status["mode"] == "off" and status["enabled"] is False and "warning" in status
     fleet = svc.fleet(T0)
     assert fleet["authnMode"] == "off"

@@ -366,7 +366,7 @@ def test_alert_formats(env: Env, hook: Hook, fmt: str, key: str) -> None:
 
 def test_invalid_policy_holds_everything_and_says_why(env: Env, hook: Hook) -> None:
     svc = env.service(POLICY_JSON=json.dumps({"version": 1, "rules": [{"name": "x", "action": "yolo"}]}))
-    health = svc.health()
+    health = svc.health(now=T0)
     assert health["status"] == "degraded" and health["policy"]["valid"] is False
     assert health["policy"]["errors"][0]["path"] == "/rules/0/action"
     a = Vm("vm-a")

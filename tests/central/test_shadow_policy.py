@@ -27,7 +27,7 @@ def test_a_stricter_shadow_is_recorded_and_the_live_policy_acts(env: Env, hook: 
     assert sorted(rows) == [("approve", False), ("hold", True)]
     svc.reevaluate(now=T0 + timedelta(seconds=30))  # the timer: no new shadow row for the same verdict
     assert len([d for d in svc.event("E-s", now=T0)["decisions"] if d["shadow"]]) == 1
-    assert svc.health()["shadowPolicy"]["valid"] is True
+    assert svc.health(now=T0 + timedelta(seconds=30))["shadowPolicy"]["valid"] is True
 
 
 def test_a_looser_shadow_never_sends_anything(env: Env, hook: Hook) -> None:
@@ -47,5 +47,5 @@ def test_an_invalid_shadow_is_ignored_and_reported(env: Env, hook: Hook) -> None
     vm = Vm("vm-a")
     svc.handle_batch([body(vm.heartbeat()), body(vm.incarnation_env([event("E-i", ["vm-a"])]))], now=T0)
     assert len(env.messages(vm.vm_id)) == 1 and svc.event("E-i", now=T0)["shadow"] is None
-    health = svc.health()
+    health = svc.health(now=T0)
     assert health["shadowPolicy"]["valid"] is False and health["status"] == "ok"

@@ -99,7 +99,7 @@ def test_operator_routes_answer_from_the_shared_state_on_an_instance_without_env
     fresh = inst[2]
     (view,) = fresh.pending()
     assert view["eventId"] == "E-op" and sorted(view["reportedBy"]) == ["vm-a", "vm-b"]
-    health = fresh.health()
+    health = fresh.health(now=T0)
     assert health["knownVms"] == 2 and health["openEvents"] == 1 and health["status"] == "ok"
     approved = fresh.decide("E-op", "approve", "bob", "agreed", now=T0 + timedelta(seconds=2))
     assert approved["leader"]["vmName"] == "vm-a" and len(env.messages(a.vm_id)) == 1

@@ -63,7 +63,7 @@ def test_documents_of_a_retired_ca_are_a_trust_failure_naming_it_without_its_cer
         assert failed.value.kind == "trust" and failed.value.issuer in docs.RETIRED_ISSUERS
 
 
-def test_nothing_shipped_had_expired_when_it_was_retired_and_the_expiry_warns_180_days_ahead() -> None:
+def test_the_retired_certificates_are_not_shipped_and_the_expiry_warns_180_days_ahead() -> None:
     """Issue 45, item 4, on any date: the shipped trust's earliest expiry is a dated fact of the files, and
     the warning is judged against a clock the test moves around it."""
     shipped = trust_store.shipped()
