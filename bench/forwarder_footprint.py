@@ -13,9 +13,10 @@ them), all started together per run and measured over the same window:
   default releases it after 20 s without a send and reconnects for the next heartbeat);
 - reference poller (requests) and reference poller (http.client): bench/reference_poller.py.
 
-The pinned VM install: every agent runs on `.venv-vm`, a venv made here from
-infra/forwarder/requirements-vm.txt (the wheelhouse's exact pins; rebuilt when the lock changes), the
-forwarder from this source tree (`python -m forwarder`, cwd = the repository), no dev packages.
+The pinned VM install: the forwarders and the http.client reference run on `.venv-vm`, a venv made here
+from infra/forwarder/requirements-vm.txt alone (the wheelhouse's exact pins; rebuilt when the lock
+changes), the forwarder from this source tree (`python -m forwarder`, cwd = the repository), no dev
+packages.
 
 Managed identity, as in Azure: the sandbox Event Hubs server (its REST send endpoint) and Azurite speak
 plain HTTP, but a bearer token is only ever sent over TLS (so does Azurite's OAuth). So Azurite runs with
@@ -24,8 +25,10 @@ signature), and a TLS relay (bench/tlsrelay.py) on 127.0.0.13:443, a loopback ad
 the namespace, fronts the server's REST endpoint. One certificate is made per run and trusted by the
 agents only: SSL_CERT_DIR (a hashed CA directory holding it: the forwarder's TLS context looks there, as
 it looks in the VM's /etc/ssl/certs) and REQUESTS_CA_BUNDLE. Binding port 443 needs root (this machine's
-benches run as root). The VM venv also holds requests and its four packages (REFERENCE_PINS) for the
-requests reference poller; the forwarder never imports them.
+benches run as root). The requests reference poller runs on `.venv-vm-requests`: the same lock plus
+requests and its four packages (REFERENCE_PINS). Not one venv for all: jsonschema imports `idna` for its
+idn-hostname check whenever it is installed (+1.1 MiB), which a VM never has, so a shared venv charged
+the forwarder for the reference's packages.
 
 Two states per run, every agent measured side by side in each: idle (after the warm-up), then with
 an event open: a Reboot naming every agent's VM, Scheduled for an hour and never approved (the
@@ -52,7 +55,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench import Figure, median, record, spread_figure
 from bench.tlsrelay import TlsRelay, make_certificate
@@ -60,6 +63,7 @@ from sandbox import processes
 
 MIB = 1024 * 1024
 VENV = processes.REPO / ".venv-vm"
+REFERENCE_VENV = processes.REPO / ".venv-vm-requests"
 LOCK = processes.REPO / "infra" / "forwarder" / "requirements-vm.txt"
 RESULTS = Path(__file__).resolve().parent / "results" / "forwarder_footprint.md"
 # The namespace's HTTPS port on a loopback address of its own: the REST sink sends to https://<namespace>/.
@@ -89,18 +93,18 @@ class Agent:
     state: Optional[Path] = None
 
 
-def vm_python() -> Path:
-    """`.venv-vm/bin/python` with exactly the VM lock's pins (made or remade when the lock changed)."""
-    digest = hashlib.sha256(LOCK.read_bytes() + " ".join(REFERENCE_PINS).encode()).hexdigest()
-    stamp = VENV / ".lock-sha256"
-    python = VENV / "bin" / "python"
+def vm_python(venv: Path = VENV, extra: Sequence[str] = ()) -> Path:
+    """`<venv>/bin/python` with exactly the VM lock's pins and `extra` (made or remade when they changed)."""
+    digest = hashlib.sha256(LOCK.read_bytes() + " ".join(extra).encode()).hexdigest()
+    stamp = venv / ".lock-sha256"
+    python = venv / "bin" / "python"
     if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
-        print(f"bench: building {VENV.name} from {LOCK.relative_to(processes.REPO)} (once per lock)",
+        print(f"bench: building {venv.name} from {LOCK.relative_to(processes.REPO)} (once per lock)",
               flush=True)
         base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", "--clear", str(VENV)], check=True, timeout=300)
+        subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "-r", str(LOCK), *REFERENCE_PINS], check=True, timeout=900)
+                        "--no-deps", "-r", str(LOCK), *extra], check=True, timeout=900)
         stamp.write_text(digest)
     return python
 
@@ -115,7 +119,7 @@ def trust_env(cert: Path, work: Path) -> Dict[str, str]:
     return {"SSL_CERT_DIR": str(cadir), "REQUESTS_CA_BUNDLE": str(cert)}
 
 
-def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Agent]:
+def agents(python: Path, reference_python: Path, imds_port: int, queue_port: int, work: Path) -> List[Agent]:
     def url(vm: str) -> str:
         return f"http://{processes.LOOPBACK}:{imds_port}/vms/{vm}"
 
@@ -139,7 +143,7 @@ def agents(python: Path, imds_port: int, queue_port: int, work: Path) -> List[Ag
         forwarder("forwarder, production --eventhub-idle-close 0", "vm5",
                   [*production, "--eventhub-idle-close", "0"],
                   {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm5")}),
-        Agent(REFERENCE, "vm3", [str(python), "-m", "bench.reference_poller", "--url", url("vm3"),
+        Agent(REFERENCE, "vm3", [str(reference_python), "-m", "bench.reference_poller", "--url", url("vm3"),
                                  "--state", str(work / "vm3"), "--http", "requests"]),
         Agent("reference poller (http.client)", "vm4", [str(python), "-m", "bench.reference_poller", "--url",
                                                        url("vm4"), "--state", str(work / "vm4")]),
@@ -201,12 +205,12 @@ def open_event(imds_port: int, team: List[Agent]) -> str:
     return str(event["eventId"])
 
 
-def one_run(number: int, python: Path, imds_port: int, queue_port: int, args: argparse.Namespace,
+def one_run(number: int, pythons: Tuple[Path, Path], imds_port: int, queue_port: int, args: argparse.Namespace,
             base_env: Dict[str, str]) -> Dict[str, Dict[str, Dict[str, float]]]:
     """{state: {agent: figures}} for the two states, idle then with an event open, in one run."""
     work = Path(tempfile.mkdtemp(prefix=f"footprint-{number}-"))
     (work / "empty.json").write_text("{}")
-    team = agents(python, imds_port, queue_port, work)
+    team = agents(*pythons, imds_port, queue_port, work)
     logs = []
     states: Dict[str, Dict[str, Dict[str, float]]] = {}
     event = ""
@@ -289,7 +293,7 @@ def main(argv: List[str]) -> int:
                         help="seconds between opening the event and measuring that state")
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(processes.REPO)}")
     args = parser.parse_args(argv)
-    python = vm_python()
+    pythons = (vm_python(), vm_python(REFERENCE_VENV, REFERENCE_PINS))
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_FORWARDER_", "PYTHON"))}
     runs: List[Dict[str, Dict[str, Dict[str, float]]]] = []
     started = time.time()
@@ -307,7 +311,7 @@ def main(argv: List[str]) -> int:
             for number in range(1, args.runs + 1):
                 print(f"run {number}/{args.runs}: {args.warmup:g} s warm-up, {args.seconds:g} s measured",
                       flush=True)
-                runs.append(one_run(number, python, imds.port, azurite.ports["queue"], args, base_env))
+                runs.append(one_run(number, pythons, imds.port, azurite.ports["queue"], args, base_env))
         finally:
             relay.stop()
             for server in (azurite, hub, imds):

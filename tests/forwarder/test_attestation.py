@@ -153,3 +153,39 @@ def test_a_move_to_another_subscription_renews_the_document_at_once(imds: proces
         assert len(attested_requests(imds)) == 2
     finally:
         client.close()
+
+
+# ---- expiresOn, read on the VM without strptime ------------------------------------------------------
+
+# The signed content of a real Azure document (shared reference, attested/CATALOG.md), as it sits in the DER.
+REAL_SIGNED = (b'{"licenseType":"","nonce":"20220419-072721","plan":{"name":"","product":"","publisher":""},'
+               b'"sku":"20_04-lts-gen2","subscriptionId":"5f130ffc-0a3e-4795-b691-4f56a12a5547","timeStamp":'
+               b'{"createdOn":"04/19/22 01:27:21 -0000","expiresOn":"04/19/22 07:27:21 -0000"}}')
+
+
+@pytest.mark.parametrize("stamp", ["04/19/22 07:27:21 -0000", "12/31/29 23:59:59 +0130", "02/29/28 00:00:00 -0800"])
+def test_expires_on_reads_as_strptime_reads_it(stamp: str) -> None:
+    from forwarder.attestation import _lifetime
+
+    expected = dt.datetime.strptime(stamp, "%m/%d/%y %H:%M:%S %z").timestamp()
+    der = b"\x30\x82junk" + REAL_SIGNED.replace(b"04/19/22 07:27:21 -0000", stamp.encode()) + b"\x00tail"
+    assert _lifetime(der, expected - 1234.0) == 1234.0
+    assert _lifetime(der, expected + 5.0) == 0.0  # expired: nothing left, never negative
+
+
+@pytest.mark.parametrize("stamp", ["13/19/22 07:27:21 -0000", "02/30/23 00:00:00 +0000", "2022-04-19T07:27:21Z"])
+def test_an_unreadable_expires_on_plans_with_the_default_lifetime(stamp: str) -> None:
+    from forwarder.attestation import LIFETIME_IF_UNREADABLE, _lifetime
+
+    assert _lifetime(REAL_SIGNED.replace(b"04/19/22 07:27:21 -0000", stamp.encode()), 0.0) == LIFETIME_IF_UNREADABLE
+
+
+def test_reading_expires_on_does_not_load_strptime() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys; from forwarder.attestation import _lifetime; _lifetime(%r, 0.0); "
+             "print('_strptime' in sys.modules)" % REAL_SIGNED)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          cwd=processes.REPO, check=True)
+    assert done.stdout.strip() == "False"
