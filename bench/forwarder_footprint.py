@@ -205,8 +205,8 @@ def open_event(imds_port: int, team: List[Agent]) -> str:
     return str(event["eventId"])
 
 
-def one_run(number: int, pythons: Tuple[Path, Path], imds_port: int, queue_port: int, args: argparse.Namespace,
-            base_env: Dict[str, str]) -> Dict[str, Dict[str, Dict[str, float]]]:
+def one_run(number: int, pythons: Tuple[Path, Path], imds_port: int, queue_port: int,
+            args: argparse.Namespace, base_env: Dict[str, str]) -> Dict[str, Dict[str, Dict[str, float]]]:
     """{state: {agent: figures}} for the two states, idle then with an event open, in one run."""
     work = Path(tempfile.mkdtemp(prefix=f"footprint-{number}-"))
     (work / "empty.json").write_text("{}")

@@ -57,7 +57,7 @@ class AttestationError(Exception):
 
 @dataclass
 class _Key:
-    private: Any           # nacl.signing.SigningKey (PyNaCl: libsodium's Ed25519)
+    private: Any           # forwarder.ed25519.SigningKey (libsodium's Ed25519, through PyNaCl's binding)
     public: bytes
     kid: str
     attestation: str       # the document's base64 PKCS#7, as IMDS sent it
@@ -67,7 +67,7 @@ class _Key:
 
     def sign(self, data: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `data` (RFC 8032; what central verifies with cryptography)."""
-        return bytes(self.private.sign(data).signature)
+        return self.private.sign(data)
 
 
 class Attestor:
@@ -144,13 +144,13 @@ class Attestor:
         log.info("attested key in use", extra=logs.fields(kid=key.kid, expiresAt=key.expires_at))
 
     def _attest(self, now: float) -> _Key:
-        # PyNaCl, not cryptography: nacl.signing loads libsodium only (+1.1 MiB of RSS in the running
-        # forwarder), cryptography's Ed25519 its whole Rust/OpenSSL binding (+6.5 MiB; docs/forwarder.md,
-        # "Footprint"). The same Ed25519 (RFC 8032): central verifies with cryptography.
-        from nacl.signing import SigningKey
+        # libsodium through PyNaCl's binding, not cryptography: +0.7 MiB of RSS in the running forwarder
+        # (forwarder/ed25519.py), cryptography's Ed25519 its whole Rust/OpenSSL binding (+6.5 MiB;
+        # docs/forwarder.md, "Footprint"). The same Ed25519 (RFC 8032): central verifies with cryptography.
+        from .ed25519 import SigningKey
 
         private = SigningKey.generate()
-        public = bytes(private.verify_key)
+        public = private.public
         nonce = wire.digit_nonce_for(public) if self.digit_nonce else wire.nonce_for(public)
         try:
             der = self._document(nonce)
@@ -195,7 +195,7 @@ def _lifetime(der: bytes, now: float) -> float:
     plans its refresh with it; central verifies the real thing)."""
     found = _EXPIRES_ON.search(der)
     if found:
-        month, day, year, hour, minute, second, sign, off_h, off_m = (g.decode("ascii") for g in found.groups())
+        month, day, year, hour, minute, second, sign, off_h, off_m = (g.decode() for g in found.groups())
         offset = dt.timedelta(hours=int(off_h), minutes=int(off_m)) * (-1 if sign == "-" else 1)
         try:
             expires = dt.datetime(2000 + int(year), int(month), int(day), int(hour), int(minute), int(second),

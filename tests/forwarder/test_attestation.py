@@ -163,7 +163,8 @@ REAL_SIGNED = (b'{"licenseType":"","nonce":"20220419-072721","plan":{"name":"","
                b'{"createdOn":"04/19/22 01:27:21 -0000","expiresOn":"04/19/22 07:27:21 -0000"}}')
 
 
-@pytest.mark.parametrize("stamp", ["04/19/22 07:27:21 -0000", "12/31/29 23:59:59 +0130", "02/29/28 00:00:00 -0800"])
+@pytest.mark.parametrize("stamp", ["04/19/22 07:27:21 -0000", "12/31/29 23:59:59 +0130",
+                                   "02/29/28 00:00:00 -0800"])
 def test_expires_on_reads_as_strptime_reads_it(stamp: str) -> None:
     from forwarder.attestation import _lifetime
 
@@ -173,19 +174,21 @@ def test_expires_on_reads_as_strptime_reads_it(stamp: str) -> None:
     assert _lifetime(der, expected + 5.0) == 0.0  # expired: nothing left, never negative
 
 
-@pytest.mark.parametrize("stamp", ["13/19/22 07:27:21 -0000", "02/30/23 00:00:00 +0000", "2022-04-19T07:27:21Z"])
+@pytest.mark.parametrize("stamp", ["13/19/22 07:27:21 -0000", "02/30/23 00:00:00 +0000",
+                                   "2022-04-19T07:27:21Z"])
 def test_an_unreadable_expires_on_plans_with_the_default_lifetime(stamp: str) -> None:
     from forwarder.attestation import LIFETIME_IF_UNREADABLE, _lifetime
 
-    assert _lifetime(REAL_SIGNED.replace(b"04/19/22 07:27:21 -0000", stamp.encode()), 0.0) == LIFETIME_IF_UNREADABLE
+    der = REAL_SIGNED.replace(b"04/19/22 07:27:21 -0000", stamp.encode())
+    assert _lifetime(der, 0.0) == LIFETIME_IF_UNREADABLE
 
 
 def test_reading_expires_on_does_not_load_strptime() -> None:
     import subprocess
     import sys
 
-    probe = ("import sys; from forwarder.attestation import _lifetime; _lifetime(%r, 0.0); "
-             "print('_strptime' in sys.modules)" % REAL_SIGNED)
+    probe = (f"import sys; from forwarder.attestation import _lifetime; _lifetime({REAL_SIGNED!r}, 0.0); "
+             "print('_strptime' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           cwd=processes.REPO, check=True)
     assert done.stdout.strip() == "False"
