@@ -6,7 +6,8 @@ Agents, each a process polling its own VM of ONE IMDS simulator (so IMDS's per-V
 them), all started together per run and measured over the same window:
 - forwarder, file sink: `--sink file`, no approval queue;
 - forwarder, production: the Event Hubs sink over TLS with managed identity, the approval queue over
-  HTTPS with managed identity (tokens from the simulator's IMDS token endpoint), heartbeats every 60 s;
+  HTTPS with managed identity (tokens from the simulator's IMDS token endpoint), heartbeats every 60 s,
+  in the environment infra/forwarder/se-forwarder.service gives it (MALLOC_ARENA_MAX=1 ...);
   Since issue 22 it signs every envelope (authenticate is on by default with that sink);
 - forwarder, production --no-authenticate: the same without signing (forwarder/attestation.py unused);
 - forwarder, production --eventhub-idle-close 0: the same keeping its Event Hubs connection open (the
@@ -32,7 +33,7 @@ the forwarder for the reference's packages.
 
 Two states per run, every agent measured side by side in each: idle (after the warm-up), then with
 an event open: a Reboot naming every agent's VM, Scheduled for an hour and never approved (the
-production forwarders then carry the approval parts and the Storage queue SDK, and poll the queue).
+production forwarders then carry the approval parts and poll the queue over REST).
 Per agent, state and run: RSS sampled every second from /proc/<pid>/status (VmRSS) over the window,
 its median = the steady RSS; CPU = user+system seconds over the window, scaled to an hour. Printed:
 median [min-max] of the runs, in MiB and CPU s/hour, and each agent's ratio to the reference poller
@@ -65,6 +66,7 @@ MIB = 1024 * 1024
 VENV = processes.REPO / ".venv-vm"
 REFERENCE_VENV = processes.REPO / ".venv-vm-requests"
 LOCK = processes.REPO / "infra" / "forwarder" / "requirements-vm.txt"
+UNIT = processes.REPO / "infra" / "forwarder" / "se-forwarder.service"
 RESULTS = Path(__file__).resolve().parent / "results" / "forwarder_footprint.md"
 # The namespace's HTTPS port on a loopback address of its own: the REST sink sends to https://<namespace>/.
 HUB_HOST, HUB_PORT = "127.0.0.13", 443
@@ -109,6 +111,18 @@ def vm_python(venv: Path = VENV, extra: Sequence[str] = ()) -> Path:
     return python
 
 
+def unit_env(unit: Path = UNIT) -> Dict[str, str]:
+    """The environment the systemd unit gives the forwarder (its Environment= lines), but the state
+    directory, which each agent has its own of: what a production install runs with."""
+    env = {}
+    for line in unit.read_text(encoding="utf-8").splitlines():
+        if line.startswith("Environment="):
+            name, _, value = line[len("Environment="):].partition("=")
+            env[name] = value
+    env.pop("SE_FORWARDER_STATE_DIR", None)
+    return env
+
+
 def trust_env(cert: Path, work: Path) -> Dict[str, str]:
     """The environment that makes the agents (only) trust the run's certificate."""
     digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True,
@@ -124,7 +138,9 @@ def agents(python: Path, reference_python: Path, imds_port: int, queue_port: int
         return f"http://{processes.LOOPBACK}:{imds_port}/vms/{vm}"
 
     def forwarder(label: str, vm: str, extra: Sequence[str], env: Optional[Dict[str, str]] = None) -> Agent:
+        """`env`: a production forwarder's (its identity endpoint), which also gets the unit's."""
         state = work / vm
+        env = {**unit_env(), **env} if env else None
         argv = [str(python), "-m", "forwarder", "run", "--config", str(work / "empty.json"),
                 "--imds-url", url(vm), "--state-dir", str(state), "--poll-interval", "1",
                 "--log-level", "warning", *extra]
