@@ -20,7 +20,6 @@ AuthenticationFailed) is dropped from the cache, so the next call fetches a new 
 
 from __future__ import annotations
 
-import html
 import http.client
 import ssl
 import threading
@@ -117,10 +116,13 @@ class QueueRestClient:
         self._call("DELETE", f"/messages/{quote(message_id)}", {"popreceipt": pop_receipt}, None, 204)
 
     def send_message(self, content: str) -> None:
-        # html.escape, not xml.sax.saxutils.escape: the same &, <, > for element text, without
-        # xml.sax's import of urllib.request (+1 MiB with an event open)
-        body = f"<QueueMessage><MessageText>{html.escape(content, quote=False)}</MessageText></QueueMessage>"
-        self._call("POST", "/messages", {}, body.encode("utf-8"), 201)
+        # ElementTree (loaded anyway to read the answers) escapes the text: not xml.sax.saxutils.escape,
+        # which imports urllib.request (+1 MiB), nor html.escape, whose module loads HTML5's 2,231 entity
+        # names (+0.7 MiB with an event open)
+        message = ElementTree.Element("QueueMessage")
+        ElementTree.SubElement(message, "MessageText").text = content
+        body = ElementTree.tostring(message, encoding="unicode").encode("utf-8")
+        self._call("POST", "/messages", {}, body, 201)
 
     def _call(self, method: str, path: str, query: dict, body: Optional[bytes], ok: int) -> Answer:
         try:

@@ -132,3 +132,16 @@ def test_the_reader_waits_out_a_throttled_queue() -> None:
         reader.step()
         assert reader.stats["errors"] == 1 and "ServerBusy" in str(reader.last_error)
     assert waits[0] >= 7.0 and waits[1] == ReaderSettings().slow_interval and waits[2] <= 1.0
+
+
+def test_the_rest_client_loads_neither_html_nor_xml_sax() -> None:
+    """html's HTML5 entity table (+0.7 MiB) and xml.sax's urllib.request (+1 MiB) for an escape that
+    ElementTree, loaded anyway for the answers, does."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from forwarder.approvals import queue_rest; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('html', 'xml') and m != 'xml'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          cwd=processes.REPO, check=True)
+    assert done.stdout.strip() == "['xml.etree', 'xml.etree.ElementPath', 'xml.etree.ElementTree']"
