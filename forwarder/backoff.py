@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
@@ -25,6 +26,14 @@ class Backoff:
         """The delay before the next retry; each call widens the window up to `cap`."""
         delay = self.rng.uniform(0.0, self.ceiling())
         self.attempt += 1
+        return delay
+
+    def delay_after(self, retry_after: Optional[float], longest: Optional[float] = None) -> float:
+        """The next delay, never sooner than the service's Retry-After (429/503), which is believed up to
+        `longest` seconds (default: `cap`), so a broken or hostile header cannot park a worker for hours."""
+        delay = self.next_delay()
+        if retry_after:
+            delay = max(delay, min(float(retry_after), self.cap if longest is None else longest))
         return delay
 
     def reset(self) -> None:

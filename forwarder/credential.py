@@ -32,6 +32,7 @@ from .ratelimit import RateLimiter
 
 RETRY_STATUSES = frozenset({404, 410, 429, 500, 502, 503, 504})
 ATTEMPTS = 5          # as azure-identity's ImdsCredential (retry_total 5)
+RETRY_AFTER_LONGEST = 30.0  # seconds: a longer Retry-After from the token endpoint is believed up to this
 TIMEOUT = (3.0, 10.0)  # connect, read (seconds)
 MAX_BODY = 64 * 1024   # a token answer is ~2 KB
 API_VERSION = "2018-02-01"
@@ -146,8 +147,8 @@ class ManagedIdentityCredential:
                     break
             if attempt == ATTEMPTS:
                 break
-            # Retry-After (429 from IMDS's throttle) is honoured, bounded; else jittered backoff.
-            delay = max(backoff.next_delay(), min((retry_after(answer) if answer else None) or 0.0, 30.0))
+            # Retry-After (429 from IMDS's throttle) is honoured up to 30 s; else jittered backoff.
+            delay = backoff.delay_after(retry_after(answer) if answer else None, RETRY_AFTER_LONGEST)
             if self.stop is not None and self.stop.wait(delay):
                 break
             if self.stop is None:

@@ -55,9 +55,7 @@ class Publisher:
         try:
             sent = self.drain_once()
         except SinkError as exc:
-            delay = self.backoff.next_delay()
-            if getattr(exc, "retry_after", None):  # the service's Retry-After (429/503), bounded by max_delay
-                delay = max(delay, min(float(exc.retry_after), self.backoff.cap))
+            delay = self.backoff.delay_after(getattr(exc, "retry_after", None))
             self.outbox.record_error(str(exc))
             log.warning("send failed; keeping the batch", extra=logs.fields(
                 error=str(exc), retryIn=round(delay, 2), sink=self.sink.name))

@@ -110,9 +110,9 @@ class ApprovalReader:
             self.stats["errors"] += 1
             first = str(exc).splitlines()[0][:200] if str(exc) else ""
             self.last_error = f"{type(exc).__name__}: {first}"
-            wait = max(0.5, self._backoff.next_delay())
-            if getattr(exc, "retry_after", None):  # throttled (429/503): never sooner than the service asks
-                wait = max(wait, min(float(exc.retry_after), max(1.0, self.settings.slow_interval)))
+            # throttled (429/503): never sooner than the service asks, believed up to the slow interval
+            wait = max(0.5, self._backoff.delay_after(getattr(exc, "retry_after", None),
+                                                      max(1.0, self.settings.slow_interval)))
             log.warning("approval queue unavailable (%s); retrying in %.1fs", self.last_error, wait)
         if max_wait is not None:
             wait = min(wait, max_wait)

@@ -154,6 +154,19 @@ def test_backoff_full_jitter_grows_to_cap() -> None:
     assert b.ceiling() == 0.5
 
 
+def test_a_retry_after_is_waited_out_but_believed_only_up_to_a_bound() -> None:
+    b = Backoff(base=0.5, cap=4.0, rng=random.Random(7))  # noqa: S311 - reproducible jitter
+    assert b.delay_after(3.0) >= 3.0           # never sooner than the service asks
+    assert b.delay_after(3600.0) == 4.0        # an hour's Retry-After: the cap, by default
+    assert b.delay_after(3600.0, 30.0) == 30.0  # or the caller's bound (the token endpoint's 30 s)
+    assert b.delay_after(1.0, 30.0) <= 4.0     # a short one: the jittered delay when it is longer
+    b = Backoff(base=0.5, cap=4.0, rng=random.Random(7))  # noqa: S311
+    plain = [b.next_delay() for _ in range(3)]
+    b = Backoff(base=0.5, cap=4.0, rng=random.Random(7))  # noqa: S311
+    assert [b.delay_after(None) for _ in range(3)] == plain  # no header: plain full jitter
+    assert b.attempt == 3
+
+
 def test_rate_limiter_never_exceeds_limit_in_any_window() -> None:
     now = [0.0]
     limiter = RateLimiter(limit=5, window=1.0, clock=lambda: now[0])
