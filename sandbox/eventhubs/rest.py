@@ -18,12 +18,12 @@ unmodified azure-eventhub consumer reads it back. Tokens are checked as the AMQP
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from ..bearer import bearer_problem
 from .codec import Message, encode_message
 from .publish import PARTITION_KEY, publish
 from .store import Broker
@@ -45,17 +45,7 @@ def token_problem(authorization: str, now: float) -> str:
     scheme, _, token = authorization.partition(" ")
     if scheme == "SharedAccessSignature":
         return "" if "sig=" in token and "se=" in token else "malformed SharedAccessSignature"
-    if scheme != "Bearer" or token.count(".") != 2:
-        return "no Bearer token or SharedAccessSignature in Authorization"
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "==="))
-    except ValueError:
-        return "the Bearer token is not a JWT"
-    if claims.get("aud") not in AUDIENCES:
-        return f"InvalidAudience: the token's audience {claims.get('aud')!r} is not Event Hubs"
-    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= now:
-        return "ExpiredToken: the token has expired"
-    return ""
+    return bearer_problem(authorization, AUDIENCES, "Event Hubs", now)
 
 
 def messages_of(content_type: str, body: bytes, headers: Dict[str, str]) -> List[Tuple[bytes, Dict, Any]]:

@@ -18,13 +18,13 @@ at, status).
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..bearer import bearer_problem
 from .fabric import Fabric, UnknownEvent
 from .responses import Response, json_response
 
@@ -134,16 +134,4 @@ class ArmStandIn:
 
 
 def _token_problem(header: str) -> str:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        return "a Bearer token is required"
-    try:
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError):
-        return "the token is not a JWT"
-    if not str(claims.get("aud", "")).rstrip("/").lower().startswith(AUDIENCES):
-        return f"the token's audience {claims.get('aud')!r} is not ARM's"
-    if float(claims.get("exp", 0)) < time.time():
-        return "the token has expired"
-    return ""
+    return bearer_problem(header, AUDIENCES, "ARM")
