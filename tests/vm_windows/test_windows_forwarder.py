@@ -14,7 +14,7 @@ import os
 import signal
 import sqlite3
 import subprocess
-from pathlib import Path
+import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
@@ -24,11 +24,8 @@ from forwarder.approvals.ledger import FILE_NAME
 from . import wine
 from .conftest import VM, WindowsVm
 
-WORKER = Path(__file__).resolve().parent.parent / "forwarder" / "ledger_race_worker.py"
-# Per racing process: enough that the two overlap despite Wine's start-up (~2 s). Measured with the
-# msvcrt lock removed, 300 each: one process died of a sharing violation and 300 of 600 entries were
-# lost; with it, 600 of 600 (35 s).
-WRITES = 150
+# The ledger race: events of each kind, and operators (`approve` processes) per Freeze.
+REDEPLOYS, FREEZES, OPERATORS = 4, 4, 2
 
 
 @pytest.fixture
@@ -113,22 +110,64 @@ def test_a_failing_hook_is_reported_as_hook_failed(windows_vm: WindowsVm, daemon
     assert "approved" not in _results(windows_vm, event_id)
 
 
-def test_the_daemon_and_other_processes_never_corrupt_the_ledger(windows_vm: WindowsVm,
-                                                                 daemon: wine.Daemon) -> None:
-    """Two more Windows processes write the daemon's own ledger (C:\\ProgramData\\...\\state) while the
-    daemon runs, each entry a read-modify-write: with the msvcrt lock every entry of all three stays."""
-    state = windows_vm.where.state_dir
-    ledger = windows_vm.local(state) / FILE_NAME
+def _approve(vm: WindowsVm, event_id: str) -> subprocess.Popen:
+    """`se-forwarder approve` as an admin types it on the VM (docs/forwarder.md): the installed
+    interpreter, `-m forwarder approve EVENT_ID --config C:\\ProgramData\\se-forwarder\\config.json`."""
+    argv = ["wine", vm.where.python_exe, "-m", "forwarder", "approve", event_id,
+            "--config", vm.where.config_path]
+    return subprocess.Popen(argv, env=wine.environment(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+
+
+def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_nor_post_twice(
+        windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    """The real `approve` CLI, many processes at once, while the daemon approves from the queue into the
+    same ledger (C:\\ProgramData\\...\\state, msvcrt lock): Redeploys (central: approve after the hook;
+    one operator each races the daemon) and Freezes (central holds them; OPERATORS operators each)."""
+    sim = windows_vm.fleet.imds
+    assert sim is not None
+    ledger = windows_vm.local(windows_vm.where.state_dir) / FILE_NAME
     before = set(json.loads(ledger.read_text())["events"]) if ledger.exists() else set()
-    argv = ["wine", windows_vm.where.python_exe, wine.windows_path(WORKER), state]
-    workers = [subprocess.Popen([*argv, name, str(WRITES)], env=wine.environment(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for name in ("approve-a", "approve-b")]
-    outs = [w.communicate(timeout=300)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outs
-    events = json.loads(ledger.read_text())["events"]
-    expected = {f"{n}-{i}" for n in ("approve-a", "approve-b") for i in range(WRITES)}
-    assert expected <= set(events) and before <= set(events)
+    redeploys = [sim.add_event(eventType="Redeploy", resources=[VM], startedSeconds=900)["eventId"]
+                 for _ in range(REDEPLOYS)]
+    freezes = [sim.add_event(eventType="Freeze", resources=[VM], durationInSeconds=5,
+                             startedSeconds=900)["eventId"] for _ in range(FREEZES)]
+    hooks = windows_vm.local(windows_vm.where.state_dir)
+    # the daemon is at work: its first drain hook ran (it approves the Redeploys one after another)
+    wine.wait_until(lambda: any((hooks / f"hook-{e}.txt").exists() for e in redeploys), 120,
+                    "the daemon to start on the Redeploys", log=daemon)
+    targets = [e for e in freezes for _ in range(OPERATORS)] + redeploys
+    operators = []
+    for i, event_id in enumerate(targets):
+        operators.append((event_id, _approve(windows_vm, event_id)))
+        if i == len(targets) // 2:
+            time.sleep(2)  # a second wave, so operators' writes spread over the daemon's
+    outs = [(e, p.communicate(timeout=300)[0], p.returncode) for e, p in operators]
+    codes = sorted(c for _, _, c in outs)
+    assert set(codes) <= {0, 7}, [(e, c, o[-1500:]) for e, o, c in outs if c not in (0, 7)]  # 6: ledger
+    wine.wait_until(lambda: all(sim.event(e).get("approvedBy") for e in redeploys + freezes), 180,
+                    "every event approved", log=daemon)
+
+    # an independent reader (not the Ledger class): whole JSON, every entry, each event POSTed once
+    raw = json.loads(ledger.read_text())
+    assert not list(ledger.parent.glob("approvals-ledger.corrupt-*"))
+    posts = sim.requests(vm=VM, method="POST")
+    for event_id in redeploys + freezes:
+        entry = raw["events"].get(event_id)
+        assert entry is not None and entry["state"] == "approved", (event_id, entry)
+        assert len([p for p in posts if event_id in json.dumps(p)]) == 1, (event_id, posts)
+    assert before <= set(raw["events"])
+    for event_id in freezes:  # central holds Freezes: only an operator approved them
+        assert raw["events"][event_id]["decidedBy"].startswith("operator:")
+    assert codes.count(0) >= FREEZES  # one operator of each Freeze approved it; the others saw it taken
+    # the daemon wrote the ledger while operators wrote it (message records and operators' entries interleave)
+    daemon_times = [float(m["t"]) for m in raw["messages"].values()]
+    operator_times = [float(raw["events"][e]["t"]) for e in set(targets)
+                      if raw["events"][e]["decidedBy"].startswith("operator:")]
+    overlap = [t for t in daemon_times if min(operator_times) <= t <= max(operator_times)]
+    print(f"\noperators {len(targets)} (exits {codes}); daemon writes during theirs: {len(overlap)}",
+          flush=True)
+    assert overlap, ("the daemon wrote before or after every operator: no race", daemon_times, operator_times)
     assert daemon.proc.poll() is None, daemon.text()[-3000:]
 
 
