@@ -63,6 +63,8 @@ def test_the_install_lays_out_program_files_and_programdata(windows_vm: WindowsV
     pth = windows_vm.local(where.python_dir) / "python313._pth"
     assert "import site" in pth.read_text().splitlines()
     assert not windows_vm.local(where.python_dir + ".new").exists()
+    # pip's launchers would name python.new\python.exe, gone after `activate`: the stage drops them
+    assert not (windows_vm.local(where.python_dir) / "Scripts").exists()
     for name in ("run-forwarder.ps1", "requirements-vm.txt", "forwarder.md"):
         assert (windows_vm.local(where.prefix) / name).is_file(), name
     examples = sorted(p.name for p in windows_vm.local(where.hook_dir).rglob("*.example"))
