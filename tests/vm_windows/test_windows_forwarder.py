@@ -123,9 +123,10 @@ def _approve(vm: WindowsVm, event_id: str) -> subprocess.Popen:
 
 def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_nor_post_twice(
         windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
-    """The real `approve` CLI, many processes at once, while the daemon approves from the queue into the
-    same ledger (C:\\ProgramData\\...\\state, msvcrt lock): Redeploys (central: approve after the hook;
-    one operator each races the daemon) and Freezes (central holds them; OPERATORS operators each)."""
+    """The real `approve` CLI, many processes at once, while the daemon approves the same events from the
+    queue into the same ledger (C:\\ProgramData\\...\\state, msvcrt lock): Redeploys (central approves
+    after the drain hook; one operator each) and short Freezes (central approves at once; OPERATORS
+    operators each)."""
     sim = windows_vm.fleet.imds
     assert sim is not None
     ledger = windows_vm.local(windows_vm.where.state_dir) / FILE_NAME
@@ -157,17 +158,21 @@ def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_
     for event_id in redeploys + freezes:
         entry = raw["events"].get(event_id)
         assert entry is not None and entry["state"] == "approved", (event_id, entry)
-        assert len([p for p in posts if event_id in json.dumps(p)]) == 1, (event_id, posts)
+        accepted = [p for p in posts if event_id in json.dumps(p) and p["status"] == 200]
+        assert len(accepted) == 1, (event_id, posts)
     assert before <= set(raw["events"])
-    for event_id in freezes:  # central holds Freezes: only an operator approved them
-        assert raw["events"][event_id]["decidedBy"].startswith("operator:")
-    assert codes.count(0) >= FREEZES  # one operator of each Freeze approved it; the others saw it taken
+    # each event went to whichever claim landed first: an operator's or the daemon's (central's policy
+    # approves Redeploys after the hook and short Freezes at once); every operator who won said so
+    winners = [raw["events"][e]["decidedBy"].split(":")[0] for e in redeploys + freezes]
+    assert set(winners) <= {"operator", "policy"}, winners
+    assert codes.count(0) >= winners.count("operator"), (codes, winners)
     # the daemon wrote the ledger while operators wrote it (message records and operators' entries interleave)
     daemon_times = [float(m["t"]) for m in raw["messages"].values()]
     operator_times = [float(raw["events"][e]["t"]) for e in set(targets)
                       if raw["events"][e]["decidedBy"].startswith("operator:")]
     overlap = [t for t in daemon_times if min(operator_times) <= t <= max(operator_times)]
-    print(f"\noperators {len(targets)} (exits {codes}); daemon writes during theirs: {len(overlap)}",
+    print(f"\noperators {len(targets)} (exits {codes}); winners {winners}; daemon writes during the "
+          f"operators': {len(overlap)}",
           flush=True)
     assert overlap, ("the daemon wrote before or after every operator: no race", daemon_times, operator_times)
     assert daemon.proc.poll() is None, daemon.text()[-3000:]
