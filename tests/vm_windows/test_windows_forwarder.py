@@ -76,6 +76,14 @@ def test_the_install_lays_out_program_files_and_programdata(windows_vm: WindowsV
     assert f"{where.python_dir}\\Lib\\site-packages\\forwarder\\__init__.py" in out.stdout, out.stdout
 
 
+def test_check_passes_as_an_admin_runs_it(windows_vm: WindowsVm) -> None:
+    """`python.exe -m forwarder check --config C:\\ProgramData\\se-forwarder\\config.json` (docs, step 4)."""
+    done = windows_vm.python("-m", "forwarder", "check", "--config", windows_vm.where.config_path,
+                             check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "fail" not in [line.split()[0] for line in done.stdout.splitlines() if line.strip()], done.stdout
+
+
 def test_heartbeats_reach_central(windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
     first = wine.wait_until(lambda: (_fleet_vm(windows_vm) or {}).get("lastHeartbeat"), 90,
                             "central to record the Windows VM's heartbeat", log=daemon)
