@@ -26,8 +26,8 @@ from tools import embedded_python
 from . import wine
 from .conftest import VM, WindowsVm
 
-# The ledger race: events of each kind, and operators (`approve` processes) per Freeze.
-REDEPLOYS, FREEZES, OPERATORS = 4, 4, 2
+# The ledger race: events of each kind, and operators (`approve` processes) per Redeploy (one per Freeze).
+REDEPLOYS, FREEZES, OPERATORS = 4, 2, 2
 
 
 @pytest.fixture
@@ -135,8 +135,8 @@ def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_
         windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
     """The real `approve` CLI, many processes at once, while the daemon approves the same events from the
     queue into the same ledger (C:\\ProgramData\\...\\state, msvcrt lock): Redeploys (central approves
-    after the drain hook; one operator each) and short Freezes (central approves at once; OPERATORS
-    operators each)."""
+    after the drain hook, which takes 3 s; OPERATORS operators each, started while the daemon drains the
+    first) and short Freezes (central approves at once; one operator each)."""
     sim = windows_vm.fleet.imds
     assert sim is not None
     ledger = windows_vm.local(windows_vm.where.state_dir) / FILE_NAME
@@ -149,7 +149,7 @@ def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_
     # the daemon is at work: its first drain hook ran (it approves the Redeploys one after another)
     wine.wait_until(lambda: any((hooks / f"hook-{e}.txt").exists() for e in redeploys), 120,
                     "the daemon to start on the Redeploys", log=daemon)
-    targets = [e for e in freezes for _ in range(OPERATORS)] + redeploys
+    targets = [e for e in redeploys for _ in range(OPERATORS)] + freezes
     operators = []
     for i, event_id in enumerate(targets):
         operators.append((event_id, _approve(windows_vm, event_id)))
@@ -180,6 +180,7 @@ def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_
     daemon_times = [float(m["t"]) for m in raw["messages"].values()]
     operator_times = [float(raw["events"][e]["t"]) for e in set(targets)
                       if raw["events"][e]["decidedBy"].startswith("operator:")]
+    assert operator_times, ("no operator won an event: they only read the ledger", winners)
     overlap = [t for t in daemon_times if min(operator_times) <= t <= max(operator_times)]
     print(f"\noperators {len(targets)} (exits {codes}); winners {winners}; daemon writes during the "
           f"operators': {len(overlap)}",
