@@ -28,6 +28,13 @@ from .conftest import VM, WindowsVm
 
 # The ledger race: events of each kind, and operators (`approve` processes) per Redeploy (one per Freeze).
 REDEPLOYS, FREEZES, OPERATORS = 4, 2, 2
+# The ledger under load (ledger_race_worker.py, each write a read-modify-write), next to the CLI race: an
+# `approve` writes twice, so ten of them seldom collide; two workers writing WRITES entries each do.
+WORKER = Path(__file__).resolve().parent.parent / "forwarder" / "ledger_race_worker.py"
+# Per racing process: enough that the two overlap despite Wine's start-up (~2 s). Measured with the
+# msvcrt lock removed, 300 each: one process died of a sharing violation and 300 of 600 entries were
+# lost; with it, 600 of 600 (35 s).
+WRITES = 150
 
 
 @pytest.fixture
@@ -186,6 +193,25 @@ def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_
           f"operators': {len(overlap)}",
           flush=True)
     assert overlap, ("the daemon wrote before or after every operator: no race", daemon_times, operator_times)
+    assert daemon.proc.poll() is None, daemon.text()[-3000:]
+
+
+def test_the_daemon_and_other_processes_never_corrupt_the_ledger(windows_vm: WindowsVm,
+                                                                 daemon: wine.Daemon) -> None:
+    """Two more Windows processes write the daemon's own ledger (C:\\ProgramData\\...\\state) while the
+    daemon runs, each entry a read-modify-write: with the msvcrt lock every entry of all three stays."""
+    state = windows_vm.where.state_dir
+    ledger = windows_vm.local(state) / FILE_NAME
+    before = set(json.loads(ledger.read_text())["events"]) if ledger.exists() else set()
+    argv = ["wine", windows_vm.where.python_exe, wine.windows_path(WORKER), state]
+    workers = [subprocess.Popen([*argv, name, str(WRITES)], env=wine.environment(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for name in ("approve-a", "approve-b")]
+    outs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    events = json.loads(ledger.read_text())["events"]
+    expected = {f"{n}-{i}" for n in ("approve-a", "approve-b") for i in range(WRITES)}
+    assert expected <= set(events) and before <= set(events)
     assert daemon.proc.poll() is None, daemon.text()[-3000:]
 
 
