@@ -28,8 +28,10 @@ from .conftest import VM, WindowsVm
 
 # The ledger race: events of each kind, and operators (`approve` processes) per Redeploy (one per Freeze).
 REDEPLOYS, FREEZES, OPERATORS = 4, 2, 2
-# The ledger under load (ledger_race_worker.py, each write a read-modify-write), next to the CLI race: an
-# `approve` writes twice, so ten of them seldom collide; two workers writing WRITES entries each do.
+# The ledger under load (ledger_race_worker.py, each write a read-modify-write), next to the CLI race: only
+# the operators who win an event write (twice), so without the msvcrt lock the CLI race failed 1 run of 3
+# (2026-12-07: ledgers read half-written, 5 of 6 entries lost); two workers writing WRITES entries each
+# collide every time (150 each, no lock: a worker died of "Access denied" replacing the ledger).
 WORKER = Path(__file__).resolve().parent.parent / "forwarder" / "ledger_race_worker.py"
 # Per racing process: enough that the two overlap despite Wine's start-up (~2 s). Measured with the
 # msvcrt lock removed, 300 each: one process died of a sharing violation and 300 of 600 entries were
