@@ -8,9 +8,9 @@ not supported: Operation not permitted" and runs every unit unfiltered. Booted w
 hierarchy (SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1) and `--system-call-filter=bpf`, it finds "Controller
 'bpf-firewall' supported: yes" and enforces the list: that container is the one used here.
 
-The probe runs in a service carrying the shipped unit's IPAddress lines verbatim (the forwarder itself
-needs the whole install: tests/vm_linux/test_service.py): a datagram to a denied address fails with
-EPERM at once, an allowed one is sent, and IMDS (the simulator) on loopback answers.
+The probe runs in a service carrying the shipped unit's IPAddress lines verbatim: a datagram to a
+denied address fails with EPERM at once, an allowed one is sent, and IMDS (the simulator) on loopback
+answers. The installed forwarder itself runs under the list in test_service.py (same container flags).
 """
 
 from __future__ import annotations
@@ -98,10 +98,10 @@ def test_without_the_list_the_same_container_sends_everywhere(imds: str, tmp_pat
 
 def test_the_other_suites_containers_run_the_list_unenforced_and_why(imds: str, tmp_path: Path) -> None:
     """nspawn's default seccomp filter refuses bpf(): systemd there cannot load the firewall, and the
-    unit's denied addresses go out. Said loudly: tests/vm_linux/test_service.py's containers do not
-    enforce the list; this module's do."""
+    unit's denied addresses go out. Said loudly: test_lifecycle.py's and test_bullseye.py's containers
+    do not enforce the list; this module's and test_service.py's do."""
     seen = _probe(tmp_path, imds, bpf_firewall=False, ip_lines=_ip_lines())
-    print("\nNOT ENFORCED in the default nspawn container (as test_service.py boots it): bpf() -> "
+    print("\nNOT ENFORCED in the default nspawn container (test_lifecycle.py, test_bullseye.py): bpf() -> "
           f"{seen['bpf']} (nspawn's seccomp filter); denied addresses: "
           f"{ {a: seen['udp'][a] for a in DENIED} }")
     assert seen["bpf"] == "EPERM", seen
