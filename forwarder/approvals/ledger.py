@@ -148,6 +148,22 @@ class Ledger:
             }
             self._save()
 
+    def claim_event(self, event_id: str, message_id: Optional[str],
+                    decided_by: str) -> Optional[Dict[str, Any]]:
+        """Mark the event "pending" unless the ledger already has it, in ONE locked read-modify-write.
+        The daemon and `se-forwarder approve` are separate processes: each checks the ledger and IMDS
+        first, and both can find the event free; only the one whose claim lands first may POST.
+        Returns None when this caller claimed it, else the entry another decision wrote."""
+        with self._locked():
+            entry = self._data["events"].get(event_id)
+            if entry is not None:
+                return dict(entry)
+            self._data["events"][event_id] = {
+                "state": "pending", "messageId": message_id, "decidedBy": decided_by, "t": time.time(),
+            }
+            self._save()
+            return None
+
     def forget_event(self, event_id: str) -> None:
         with self._locked():
             if self._data["events"].pop(event_id, None) is not None:

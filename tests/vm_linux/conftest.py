@@ -63,7 +63,7 @@ def boot(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boo
     copies: List[Path] = []
 
     def _boot(suite: str, persistent: bool = False, binds: Optional[Dict[Path, str]] = None,
-              root: Optional[Path] = None) -> Container:
+              root: Optional[Path] = None, bpf_firewall: bool = False) -> Container:
         base = rootfs.rootfs(suite)
         if root is None and persistent:
             root = rootfs.CACHE / f"run-{suite}-{os.getpid()}-{next(_names)}"
@@ -72,7 +72,7 @@ def boot(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boo
             copies.append(root)
         name = f"se-{suite}-{os.getpid()}-{next(_names)}"
         vm = Container(root or base, name, tmp_path_factory.mktemp("nspawn") / f"{name}.log",
-                       volatile=root is None, binds=binds)
+                       volatile=root is None, binds=binds, bpf_firewall=bpf_firewall)
         started.append(vm)
         seconds = vm.boot()
         print(f"{name}: booted in {seconds:.1f} s")

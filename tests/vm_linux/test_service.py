@@ -39,7 +39,8 @@ INSTALL_OUTPUT: List[str] = []  # what install-forwarder.sh printed when the mod
 
 @pytest.fixture(scope="module")
 def vm(boot: Boot, bundle_dir: Path, fleet: Fleet) -> Iterator[Container]:
-    machine = boot("bookworm", binds={bundle_dir: "/mnt/artifacts"})
+    # with systemd's BPF firewall (test_ip_allow_list.py): the unit's IP allow list is enforced
+    machine = boot("bookworm", binds={bundle_dir: "/mnt/artifacts"}, bpf_firewall=True)
     t0 = time.monotonic()
     done = install(machine, fleet)
     print(f"install-forwarder.sh: {time.monotonic() - t0:.1f} s")
@@ -123,9 +124,9 @@ def refused(attempt):  # what the unit's sandbox answers, seen from inside it
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return "allowed"
-def link_local():
-    with socket.create_connection(("169.254.1.1", 80), timeout=3):
-        pass
+def link_local():  # a datagram: the IP firewall fails its send with EPERM, whatever the network does
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"probe", ("169.254.1.1", 9))
 body = json.dumps({{"user": pwd.getpwuid(os.getuid()).pw_name, "event": os.environ["SE_EVENT_ID"],
                    "type": os.environ["SE_EVENT_TYPE"], "cwd": os.getcwd(),
                    "write /etc": refused(lambda: open("/etc/se-probe", "w")),
@@ -164,9 +165,9 @@ def test_a_drain_hook_runs_as_the_service_user(vm: Container, fleet: Fleet, runn
         # the unit's sandbox holds for the hook: a read-only system but its state directory
         sandbox = {k: _Drains.seen[0][k] for k in ("write /etc", "state dir")}
         assert sandbox == {"write /etc": "Read-only file system", "state dir": "allowed"}, sandbox
-        # The IP allow list needs the cgroup-v2 BPF firewall; this machine's containers are on cgroup v1
-        # (hybrid) and its network answers any address, so it is shown, not asserted (unverified here).
-        print(f"hook: connect to 169.254.1.1:80 -> {_Drains.seen[0]['link-local']}")
+        # the unit's IP allow list holds for the hook (link-local but IMDS is denied), while the forwarder
+        # reaches IMDS, the hub and Azurite on loopback (this very approval)
+        assert _Drains.seen[0]["link-local"] == "Operation not permitted", _Drains.seen[0]
         logged = vm.run("journalctl", "-t", "se-forwarder-hook", "-o", "cat", "--no-pager").stdout
         assert f"pre-approve: Redeploy {event_id} for vm-linux" in logged
         assert [p["status"] for p in posts(fleet, event_id)] == [200]

@@ -35,14 +35,17 @@ POLICY = {
                "action": "approve-after-hook", "severity": "warning"}],
 }
 # The drain hook: runs `hostname` by name (Windows' own PATH: with the Linux search path it exits 9009,
-# "Can't recognize 'hostname'"), records its output, and fails a Reboot (exit 3). (`if errorlevel`,
-# not `||`: Wine's cmd takes `prog > file || ...` as failed even when prog exits 0.)
+# "Can't recognize 'hostname'"), records its output, fails a Reboot (exit 3), drains a Redeploy for 3 s.
+# (`if errorlevel`, not `||`: Wine's cmd takes `prog > file || ...` as failed even when prog exits 0.)
 HOOK = (
     "@echo off\r\n"
     "hostname\r\n"
     "if errorlevel 1 exit /b 9\r\n"
     'hostname > "%ProgramData%\\se-forwarder\\state\\hook-%SE_EVENT_ID%.txt"\r\n'
     'if /I "%SE_EVENT_TYPE%"=="Reboot" exit /b 3\r\n'
+    # a drain that takes a while: the ledger race's operators act while the daemon waits for it
+    'if /I "%SE_EVENT_TYPE%"=="Redeploy" "%ProgramFiles%\\se-forwarder\\python\\python.exe" -c '
+    '"import time; time.sleep(3)"\r\n'
     "exit /b 0\r\n"
 )
 BUNDLE_SOURCES = ("forwarder", "schemas", "pyproject.toml", "infra/forwarder", "tools/wheelhouse.py",

