@@ -90,6 +90,7 @@ class FleetSettings:
     drain_hook: bool = True                     # False: only the install's *.example hooks (a fresh install)
     hook_seconds: float = HOOK_SECONDS
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
+    eventhubs_port: Optional[int] = None        # forwarders reach Event Hubs here (a fault test's gate)
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
     central_instances: int = 2                  # Functions runner processes sharing the hub and the store
     authenticate: bool = True                   # forwarders sign envelopes; central verifies them
@@ -166,11 +167,14 @@ class Fleet:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self, azurite: Optional[processes.Server] = None) -> None:
-        """`azurite`: one already running (the fleet then owns it and stops it)."""
+    def start(self, azurite: Optional[processes.Server] = None,
+              eventhubs: Optional[processes.Server] = None) -> None:
+        """`azurite`, `eventhubs`: ones already running (the fleet then owns them and stops them)."""
         _fresh_work_dir(self.work)
         if azurite is not None:
             self.servers["azurite"] = azurite
+        if eventhubs is not None:
+            self.servers["eventhubs"] = eventhubs
         try:
             self._start_all()
         except BaseException:
@@ -184,8 +188,10 @@ class Fleet:
         capture = ["--capture-connection-string", self.storage, "--capture-container", CAPTURE_CONTAINER,
                    "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL),
                    "--capture-hub", HUB]
-        self.servers["eventhubs"] = processes.start_eventhubs(
-            (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work, args=capture if s.capture else ())
+        if "eventhubs" not in self.servers:
+            self.servers["eventhubs"] = processes.start_eventhubs(
+                (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work,
+                args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
         if s.authenticate:  # the simulator's own test PKI signs attested documents; central trusts its root
             imds_args += ["--attestation-dir", str(self.work / "attestation")]

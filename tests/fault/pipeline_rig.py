@@ -14,6 +14,7 @@ over (Completed), by the simulator's record.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from azure.data.tables import TableServiceClient
 from central.store.state_rows import read_table
 from central.store.tables import get_json
 from sandbox import processes
-from sandbox.demo.fleet import TABLE_PREFIX, Fleet, FleetSettings, VmSpec
+from sandbox.demo.fleet import HUB, TABLE_PREFIX, Fleet, FleetSettings, VmSpec
 from sandbox.demo.scenario import posted_ids
-from sandbox.fault_proxy import StorageProxy
+from sandbox.fault_proxy import StorageProxy, TcpGate
+from tests.forwarder.helpers import backlog
 
 TIME_SCALE = 5.0  # simulated seconds per real second (the simulator's clock; central and forwarders: real)
 STARTED_SECONDS = 10  # simulated seconds a Reboot stays Started once approved (2 s real)
@@ -64,10 +66,12 @@ class Rig:
     work: Path
     vm_count: int = 4
     central_instances: int = 3
-    storage_proxy: bool = False
+    storage_proxy: bool = False  # the runners reach Azurite through a StorageProxy
+    hub_gate: bool = False  # the forwarders and the runners reach Event Hubs through a TcpGate
     central_extra: Dict[str, str] = field(default_factory=dict)
     fleet: Optional[Fleet] = None
     proxy: Optional[StorageProxy] = None
+    gate: Optional[TcpGate] = None
     held: List[str] = field(default_factory=list)
     rounds: List[Round] = field(default_factory=list)
 
@@ -79,13 +83,20 @@ class Rig:
             self.proxy = StorageProxy(azurite).start()
             extra.update({"AzureWebJobsStorage": self.proxy.connection_string,
                           "ApprovalStorage": self.proxy.connection_string})
+        hub = None
+        if self.hub_gate:
+            hub = processes.start_eventhubs((f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"),
+                                            log_dir=self.work / "eventhubs")
+            self.gate = TcpGate(hub.port).start()
+            extra.update(processes.central_hub_settings(self.gate.port, HUB))
         settings = FleetSettings(
             work=self.work / "fleet", vms=vms(self.vm_count), time_scale=TIME_SCALE, policy=POLICY,
             drain_hook=False, local_approve=False, approval_fast_interval=0.5, approval_slow_interval=5,
-            central_instances=self.central_instances, central_extra=extra)
+            central_instances=self.central_instances, central_extra=extra,
+            eventhubs_port=self.gate.port if self.gate else None)
         self.fleet = Fleet(settings)
         try:
-            self.fleet.start(azurite=azurite)
+            self.fleet.start(azurite=azurite, eventhubs=hub)
             self.fleet.wait_until_central_knows_every_vm(timeout=90)
         except BaseException:
             self.stop()
@@ -97,6 +108,8 @@ class Rig:
             self.fleet.stop()
         if self.proxy is not None:
             self.proxy.stop()
+        if self.gate is not None:
+            self.gate.stop()
 
     # ---- events -----------------------------------------------------------------------------------
     @property
@@ -141,6 +154,19 @@ class Rig:
             for eid in posted_ids(post):
                 out.setdefault(eid, []).append(float(post["t"]))
         return out
+
+    def backlogs(self) -> Dict[str, int]:
+        """Each forwarder's outbox rows not yet published."""
+        fleet = self.fleet
+        assert fleet is not None
+        return {vm.name: backlog(fleet.vm_dir(vm.name) / "state") for vm in fleet.settings.vms}
+
+    def alert_keys(self) -> Counter:
+        """How many times the webhook receiver got each alert key."""
+        record = self.fleet.work / "alerts.jsonl"  # type: ignore[union-attr]
+        lines = record.read_text().splitlines() if record.exists() else []
+        bodies = [json.loads(line).get("body") for line in lines if line.strip()]
+        return Counter(b.get("key", "") for b in bodies if isinstance(b, dict))
 
     def event_rows(self) -> Dict[str, Dict[str, Any]]:
         """Central's Events rows, read straight from Azurite (not through a fault)."""
