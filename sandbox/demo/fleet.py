@@ -314,6 +314,11 @@ class Fleet:
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
         return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)
 
+    def restart_runner(self, name: str) -> processes.Server:
+        """Central instance `name` started again (after a fault test killed it), on a new port."""
+        self.servers[name] = self._start_runner(name)
+        return self.servers[name]
+
     # ---- what the fleet knows -------------------------------------------------------------------
     def central(self, path: str, instance: int = 0) -> Any:
         """GET a route on central instance `instance` (any instance answers the same), signed in as the
