@@ -97,6 +97,7 @@ class FleetSettings:
     platform_feed: bool = False                 # the simulator publishes Azure's own feed to the platform hub
     arm: bool = False                           # central's ARM_ENDPOINT is the simulator's stand-in
     central_extra: Dict[str, str] = field(default_factory=dict)  # more app settings for central
+    runner_env: Dict[str, Dict[str, str]] = field(default_factory=dict)  # instance name -> more environment
     sign_in: bool = False                       # the issuer's sign-in endpoints, for the console (HTTPS)
     token_lifetime: int = 3600                  # seconds a console sign-in's access token lasts
     platform_auth: bool = True                  # the runner emulates App Service authentication (off: Flex)
@@ -312,7 +313,8 @@ class Fleet:
              "Auth": self.issuer.auth_section(enabled=s.platform_auth)}, indent=2))
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
-        return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)
+        return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60,
+                               env=s.runner_env.get(name))
 
     def restart_runner(self, name: str) -> processes.Server:
         """Central instance `name` started again (after a fault test killed it), on a new port."""

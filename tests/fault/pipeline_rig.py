@@ -69,6 +69,8 @@ class Rig:
     storage_proxy: bool = False  # the runners reach Azurite through a StorageProxy
     hub_gate: bool = False  # the forwarders and the runners reach Event Hubs through a TcpGate
     central_extra: Dict[str, str] = field(default_factory=dict)
+    runner_env: Dict[str, Dict[str, str]] = field(default_factory=dict)  # e.g. one runner's moved clock
+    policy: Dict[str, Any] = field(default_factory=lambda: dict(POLICY))
     fleet: Optional[Fleet] = None
     proxy: Optional[StorageProxy] = None
     gate: Optional[TcpGate] = None
@@ -93,9 +95,9 @@ class Rig:
             self.gate = TcpGate(hub.port).start()
             extra.update(processes.central_hub_settings(self.gate.port, HUB))
         settings = FleetSettings(
-            work=self.work / "fleet", vms=vms(self.vm_count), time_scale=TIME_SCALE, policy=POLICY,
+            work=self.work / "fleet", vms=vms(self.vm_count), time_scale=TIME_SCALE, policy=self.policy,
             drain_hook=False, local_approve=False, approval_fast_interval=0.5, approval_slow_interval=5,
-            central_instances=self.central_instances, central_extra=extra,
+            central_instances=self.central_instances, central_extra=extra, runner_env=self.runner_env,
             eventhubs_port=self.gate.port if self.gate else None)
         self.fleet = Fleet(settings)
         try:
@@ -198,6 +200,18 @@ class Rig:
         overlaps = budget_overlaps(self.imds, fleet.settings.vms, reboots)
         assert overlaps == [], f"budget exceeded: {overlaps}"
         return {"events": len(made), "posts": sum(posts.values()), "held": len(self.held)}
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's faketime package
+
+
+def clock_ahead(seconds: int) -> Dict[str, str]:
+    """The environment that moves one process's calendar `seconds` ahead with libfaketime, with the known
+    pitfalls handled (tools/any_date.py): the monotonic clock left alone, and time.sleep through select()."""
+    if not LIBFAKETIME.exists():
+        raise RuntimeError(f"{LIBFAKETIME} is missing: apt-get install faketime (.ci/run installs it)")
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"+{seconds}", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "PYTHONPATH": str(processes.REPO / "tools" / "faketime_site")}
 
 
 def budget_overlaps(imds: Any, specs: List[VmSpec], events: List[str]) -> List[str]:
