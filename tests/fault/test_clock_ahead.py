@@ -39,7 +39,7 @@ def window_policy(opens: datetime) -> Dict[str, Any]:
             "rules": rules}
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
 def test_one_runner_five_minutes_ahead(form: str, tmp_path: Path) -> None:
     now = datetime.now(timezone.utc)
     opens = (now + timedelta(minutes=3)).replace(second=0, microsecond=0)  # 2-3 min away, < AHEAD

@@ -72,7 +72,7 @@ def outbox_ids(state: Path) -> List[str]:
         db.close()
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
 def test_forwarder_disk_full_says_so_keeps_running_loses_nothing(form: str, tmp_path: Path,
                                                                    small_disk: Path) -> None:
     size = FORMS[form]
