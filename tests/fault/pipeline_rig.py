@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import pytest
 from azure.data.tables import TableServiceClient
 
 from central.store.state_rows import read_table
@@ -32,6 +33,8 @@ from sandbox.demo.scenario import posted_ids
 from sandbox.fault_proxy import StorageProxy, TcpGate
 from tests.forwarder.helpers import backlog
 
+# The full form of each fault (`make fault`): it outlasts pytest-timeout's default of 300 s.
+FULL_FORM = pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(1200)])
 TIME_SCALE = 5.0  # simulated seconds per real second (the simulator's clock; central and forwarders: real)
 STARTED_SECONDS = 10  # simulated seconds a Reboot stays Started once approved (2 s real)
 NOTICE_SECONDS = 86400  # a day's notice: nothing starts by itself in a test

@@ -21,7 +21,7 @@ import pytest
 
 from central.store.tables import get_json
 
-from .pipeline_rig import POLICY, Rig, clock_ahead, wait
+from .pipeline_rig import FULL_FORM, POLICY, Rig, clock_ahead, wait
 
 AHEAD = 300  # seconds the first runner's clock is ahead
 SKEWED = "functions"  # the first instance: the first to ask for the reevaluate timer's lease
@@ -39,7 +39,7 @@ def window_policy(opens: datetime) -> Dict[str, Any]:
             "rules": rules}
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
+@pytest.mark.parametrize("form", ["short", FULL_FORM])
 def test_one_runner_five_minutes_ahead(form: str, tmp_path: Path) -> None:
     now = datetime.now(timezone.utc)
     opens = (now + timedelta(minutes=3)).replace(second=0, microsecond=0)  # 2-3 min away, < AHEAD

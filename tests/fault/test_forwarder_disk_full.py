@@ -27,6 +27,8 @@ from sandbox.fault_proxy import TcpGate
 from tests.forwarder.helpers import wait_until
 from tests.forwarder_eventhubs.helpers import Consumer, current_incarnation, eh_forwarder, schedule
 
+from .pipeline_rig import FULL_FORM
+
 HUB = "scheduled-events"
 FORMS = {"short": {"events": 3, "spacing": 1.0}, "full": {"events": 20, "spacing": 3.0}}
 TMPFS_SIZE = "4m"
@@ -72,7 +74,7 @@ def outbox_ids(state: Path) -> List[str]:
         db.close()
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
+@pytest.mark.parametrize("form", ["short", FULL_FORM])
 def test_forwarder_disk_full_says_so_keeps_running_loses_nothing(form: str, tmp_path: Path,
                                                                    small_disk: Path) -> None:
     size = FORMS[form]

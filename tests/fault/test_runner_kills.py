@@ -21,10 +21,9 @@ from typing import List
 
 import pytest
 
-from .pipeline_rig import Rig, wait
+from .pipeline_rig import FULL_FORM, Rig, wait
 
 FORMS = {"short": {"vms": 4, "kills": 1}, "full": {"vms": 8, "kills": 2}}
-FULL_TIMEOUT = 1200  # seconds: the full form outlasts pytest-timeout's default (300 s)
 RESTART_AFTER = 3.0  # seconds the two stay dead
 RECOVERY_BOUND = 240.0  # generous: partition ownership and the timer's lease must expire first
 
@@ -38,7 +37,7 @@ def kill_together(rig: Rig, names: List[str]) -> None:
         server.proc.wait(timeout=10)
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
+@pytest.mark.parametrize("form", ["short", FULL_FORM])
 def test_two_of_three_runners_killed_at_once_during_a_wave(form: str, tmp_path: Path) -> None:
     size = FORMS[form]
     rig = Rig(tmp_path, vm_count=size["vms"])

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from .pipeline_rig import Rig
+from .pipeline_rig import FULL_FORM, Rig
 
 FAULTS = [(503, 2), (500, None), (429, 3)]  # (status, Retry-After seconds)
 # full: a round per status, each a 60 s window; short: one round, 2 s of each status back to back
 FORMS = {"short": [[(s, r, 2.0) for s, r in FAULTS]], "full": [[(s, r, 60.0)] for s, r in FAULTS]}
-FULL_TIMEOUT = 1200  # seconds: the full form outlasts pytest-timeout's default (300 s)
 RECOVERY_BOUND = 120.0  # generous: a round takes ~10 s unfaulted (two Reboots in turn per set)
 
 
-@pytest.mark.parametrize("form", ["short", pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT)])])
+@pytest.mark.parametrize("form", ["short", FULL_FORM])
 def test_storage_errors_for_a_window_then_recovery(form: str, tmp_path: Path) -> None:
     rig = Rig(tmp_path, storage_proxy=True)
     figures = []
