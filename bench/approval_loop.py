@@ -12,97 +12,27 @@ VM has a Scheduled event and every 60 s otherwise.
    both ends — the event's `createdAt` and the `t` of the POST in its request log. Goal: median
    <= 3 s, p99 <= 6 s.
 2. Idle queue transactions per VM-hour: the forwarders reach Azurite's queue service through a
-   counting HTTP proxy (this module); with no event anywhere, every request they make in an idle
+   counting HTTP proxy (sandbox/fault_proxy.py); with no event anywhere, every request they make in an idle
    window is counted and scaled to an hour. Goal 0: the forwarder reads only while an event is Scheduled.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import random
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from bench import Figure, median, percentile, record
 from sandbox import processes
 from sandbox.demo.fleet import FLEET, Fleet, FleetSettings
 from sandbox.demo.scenario import posted_ids
-
-HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te"}
-
-
-class CountingProxy:
-    """Loopback HTTP/1.1 reverse proxy to one port; counts requests by (method, first path segment
-    after the account, i.e. the queue name)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.counts: Counter = Counter()
-        self.log: List[Dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer((processes.LOOPBACK, 0), self._handler())
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name="proxy", daemon=True)
-
-    def start(self) -> CountingProxy:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def snapshot(self) -> List[Dict[str, Any]]:
-        with self.lock:
-            return list(self.log)
-
-    def _handler(self) -> type:
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                path = self.path.split("?", 1)[0].strip("/").split("/")
-                queue = path[1] if len(path) > 1 else ""
-                with proxy.lock:
-                    proxy.counts[(self.command, queue)] += 1
-                    proxy.log.append({"t": time.time(), "method": self.command, "queue": queue,
-                                      "path": self.path})
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-                conn = http.client.HTTPConnection(processes.LOOPBACK, proxy.target_port, timeout=30)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status, resp.reason)
-                    for key, value in resp.getheaders():
-                        if key.lower() not in HOP_HEADERS and key.lower() != "content-length":
-                            self.send_header(key, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                finally:
-                    conn.close()
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_MERGE = do_OPTIONS = do_PATCH = _forward
-
-        return Handler
+from sandbox.fault_proxy import HttpProxy as CountingProxy
 
 
 def _epoch(iso: str) -> float:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
-from . import logs
+from . import disk_full, logs
 from .backoff import Backoff
 from .imds import ImdsError, ImdsStopped
 
@@ -60,7 +60,11 @@ class Worker:
                 self.failures += 1
                 delay = backoff.next_delay()
                 fields = logs.fields(worker=self.name, retryIn=round(delay, 2))
-                if isinstance(exc, ImdsError):  # an expected fault: one line, no traceback
+                if disk_full.is_disk_full(exc):  # every writer fails alike: one line for all of them
+                    if disk_full.NOTICE.full():
+                        log.error("the state directory's disk is full: nothing new is accepted until space "
+                                  f"is freed; the outbox keeps and sends what it holds ({exc})", extra=fields)
+                elif isinstance(exc, ImdsError):  # an expected fault: one line, no traceback
                     log.warning(f"{self.name}: {exc}", extra=fields)
                 else:
                     log.exception(f"{self.name} step failed; backing off", extra=fields)

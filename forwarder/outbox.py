@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from . import disk_full
 from .clock import iso
 
 DB_NAME = "outbox.sqlite3"
@@ -171,6 +172,8 @@ class Outbox:
             for key, value in (state or {}).items():
                 self._set(key, value)
             self._enforce_bound(keep=seq)
+        if disk_full.NOTICE.cleared():
+            log.warning("the state directory has space again: accepting new envelopes (%s)", self.path)
         return seq
 
     def _enforce_bound(self, keep: int) -> None:

@@ -27,6 +27,7 @@ from central.policy.group_tags import Grouping
 from central.policy.witness import WitnessRules
 from central.policy.witness import scopes as witness_scopes
 from central.store.fleet_state import Changes, FleetState
+from central.store.server_clock import ServerClock
 from central.store.tables import Conflict, StoreError, TableLog
 from central.telemetry import metrics
 
@@ -61,8 +62,10 @@ class CentralService:
         sender_auth: Optional[SenderAuth] = None,
         arm: Optional[ArmApprover] = None,
         coverage: Optional[CoverageReader] = None,
+        clock: Optional[ServerClock] = None,
     ) -> None:
         self.settings = settings
+        self.clock = clock  # Storage's clock when this instance's own has drifted (None: the local clock)
         self.store = store
         self.transport = transport
         self.sender_auth = sender_auth or SenderAuth(None)
@@ -125,7 +128,8 @@ class CentralService:
         except ValueError as exc:  # authn.TrustConfigError
             raise SettingsError(f"sender authentication (AUTHN_*): {exc}") from None
         transport = CountingTransport() if count_requests else None
-        tables, queues = storage_clients(settings, transport=transport)
+        clock = ServerClock()
+        tables, queues = storage_clients(settings, transport=transport, clock=clock)
         alerter = WebhookAlerter(
             url=typed.webhook_url,
             fmt=typed.webhook_format,
@@ -136,7 +140,7 @@ class CentralService:
         )
         store = TableLog(tables, typed.table_prefix)
         return cls(typed, store, ApprovalSender(queues), alerter, transport, sender_auth,
-                   arm_approver(typed, settings), coverage_reader(typed, settings))
+                   arm_approver(typed, settings), coverage_reader(typed, settings), clock)
 
     @property
     def sender(self) -> ApprovalSender:
@@ -155,6 +159,10 @@ class CentralService:
         """The sender gate for a kept envelope's re-verification (not counted as live traffic)."""
         return self.sender_auth.check(vm_id, body, properties, received, subscriptions, count=False)
 
+    def _at(self, now: Optional[datetime]) -> datetime:
+        """`now` when the caller gives one; else this instance's clock, or Storage's when they disagree."""
+        return aware(now) if now is not None else self.clock.now() if self.clock else aware(None)
+
     # ---- the public operations -------------------------------------------------------------------
     def handle_batch(
         self,
@@ -168,7 +176,7 @@ class CentralService:
         `properties`: each event's application properties (the sender's authentication).
         Raises StoreError only when Table storage cannot be written (the batch may be retried whole)."""
         with self._lock:
-            now = aware(now)
+            now = self._at(now)
             result = BatchResult(received=len(bodies))
             items: List[Item] = []
             keys: List[str] = []  # remembered only once the batch is committed: a retried batch is whole
@@ -203,7 +211,7 @@ class CentralService:
         """Process one batch from the platform hub (Event Grid's ScheduledEventEmitted events, issue 23):
         the platform's witness, recorded on the same event records. Never raises for bad input."""
         with self._lock:
-            now = aware(now)
+            now = self._at(now)
             result = BatchResult(received=len(bodies))
             received = [_received(enqueued_times, i, now) for i in range(len(bodies))]
             return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
@@ -212,13 +220,13 @@ class CentralService:
                hook: bool = False, via: str = "queue") -> Dict[str, Any]:
         """An operator's approve, hold or release (central.runtime.operator_desk), binding on every instance
         once this returns. `via` "arm": approve through ARM rather than a VM's forwarder."""
-        return self.desk.decide(event_id, action, operator, reason, now, hook, via)
+        return self.desk.decide(event_id, action, operator, reason, self._at(now), hook, via)
 
     def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
         """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing, approvals
         committed but never sent, alerts owed and due. Linear in active events."""
         with self._lock:
-            now = aware(now)
+            now = self._at(now)
             result = BatchResult()
 
             def before() -> None:
@@ -242,7 +250,7 @@ class CentralService:
         if not self.sender_auth.enabled:
             raise InvalidRequest("sender authentication is off (AUTHN_MODE=off): nothing is re-verified")
         with self._lock:
-            now = aware(now)
+            now = self._at(now)
             result = BatchResult()
             self._run(now, result, lambda: self.reverifier.run(now, result))
             return {"at": now.isoformat(), "outcomes": dict(self.reverifier.last),
@@ -253,7 +261,7 @@ class CentralService:
         if not self.sender_auth.enabled:
             return {"count": 0, "oldest": None, "issuers": []}
         try:
-            return self.reverifier.summary(aware(now))
+            return self.reverifier.summary(self._at(now))
         except StoreError as exc:
             return {"error": str(exc)[:300]}
 
@@ -263,19 +271,19 @@ class CentralService:
 
     def event(self, event_id: str, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            return views.event(self.state, event_id, aware(now))
+            return views.event(self.state, event_id, self._at(now))
 
     def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            out = views.fleet(self.state, self.policy, self.settings, aware(now))
+            out = views.fleet(self.state, self.policy, self.settings, self._at(now))
             out["heldForTrust"] = self.held_for_trust(now)
         # Resource Graph (cached) outside the lock: a slow read never holds up ingest
-        out["coverage"] = coverage_section(self.coverage, out, aware(now))
+        out["coverage"] = coverage_section(self.coverage, out, self._at(now))
         return out
 
     def health(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            now = aware(now)
+            now = self._at(now)
             return views.health(
                 self.state, self.policy, self.policy_error is None, self.settings, now, self.counters,
                 self.store.staged_count, self.transport.requests if self.transport else None,
@@ -336,8 +344,8 @@ class CentralService:
                     "warning",
                     "Central set aside a log row the store refuses",
                     problem,
-                    aware(None),
-                    next_try=aware(None) + ALERT_LEASE,
+                    self._at(None),
+                    next_try=self._at(None) + ALERT_LEASE,
                 ),
                 result,
             )

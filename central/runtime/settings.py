@@ -21,6 +21,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from central.intake.plan import HEARTBEAT_MISSING_MINUTES
 from central.policy import coverage
 from central.store.held import HELD_DAYS
+from central.store.server_clock import ServerClock
 
 from .alert_rules import DEFAULT_FLOOR, SEVERITIES
 from .arm import DEFAULT_API_VERSION, DEFAULT_ENDPOINT
@@ -221,13 +222,17 @@ def _credential(settings: Mapping[str, str], prefix: str) -> Any:
 
 
 def storage_clients(
-    settings: Mapping[str, str], prefix: str = STORAGE_PREFIX, transport: Optional[CountingTransport] = None
+    settings: Mapping[str, str], prefix: str = STORAGE_PREFIX, transport: Optional[CountingTransport] = None,
+    clock: Optional[ServerClock] = None,
 ) -> Tuple[Any, Any]:
-    """(TableServiceClient, QueueServiceClient) for connection prefix `prefix`."""
+    """(TableServiceClient, QueueServiceClient) for connection prefix `prefix`; `clock` sees every response's
+    Date (central.store.server_clock)."""
     from azure.data.tables import TableServiceClient
     from azure.storage.queue import ExponentialRetry, QueueServiceClient
 
     extra: Dict[str, Any] = {"transport": transport} if transport is not None else {}
+    if clock is not None:
+        extra["raw_response_hook"] = clock.observe
     # A short SDK retry for approval sends: the default (15 s backoff, 3 retries) held the service lock
     # ~80 s per approval while the queue service was down; a failed send gives its claim back and the
     # timer retries it, so one quick retry is enough.

@@ -90,12 +90,14 @@ class FleetSettings:
     drain_hook: bool = True                     # False: only the install's *.example hooks (a fresh install)
     hook_seconds: float = HOOK_SECONDS
     queue_port: Optional[int] = None            # forwarders reach the queue service here (bench proxy)
+    eventhubs_port: Optional[int] = None        # forwarders reach Event Hubs here (a fault test's gate)
     capture: bool = False                       # Event Hubs Capture to Azurite, saved to <work>/capture
     central_instances: int = 2                  # Functions runner processes sharing the hub and the store
     authenticate: bool = True                   # forwarders sign envelopes; central verifies them
     platform_feed: bool = False                 # the simulator publishes Azure's own feed to the platform hub
     arm: bool = False                           # central's ARM_ENDPOINT is the simulator's stand-in
     central_extra: Dict[str, str] = field(default_factory=dict)  # more app settings for central
+    runner_env: Dict[str, Dict[str, str]] = field(default_factory=dict)  # instance name -> more environment
     sign_in: bool = False                       # the issuer's sign-in endpoints, for the console (HTTPS)
     token_lifetime: int = 3600                  # seconds a console sign-in's access token lasts
     platform_auth: bool = True                  # the runner emulates App Service authentication (off: Flex)
@@ -166,11 +168,14 @@ class Fleet:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self, azurite: Optional[processes.Server] = None) -> None:
-        """`azurite`: one already running (the fleet then owns it and stops it)."""
+    def start(self, azurite: Optional[processes.Server] = None,
+              eventhubs: Optional[processes.Server] = None) -> None:
+        """`azurite`, `eventhubs`: ones already running (the fleet then owns them and stops them)."""
         _fresh_work_dir(self.work)
         if azurite is not None:
             self.servers["azurite"] = azurite
+        if eventhubs is not None:
+            self.servers["eventhubs"] = eventhubs
         try:
             self._start_all()
         except BaseException:
@@ -184,8 +189,10 @@ class Fleet:
         capture = ["--capture-connection-string", self.storage, "--capture-container", CAPTURE_CONTAINER,
                    "--capture-namespace", "sandbox", "--capture-interval", str(CAPTURE_INTERVAL),
                    "--capture-hub", HUB]
-        self.servers["eventhubs"] = processes.start_eventhubs(
-            (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work, args=capture if s.capture else ())
+        if "eventhubs" not in self.servers:
+            self.servers["eventhubs"] = processes.start_eventhubs(
+                (f"{HUB}=4", f"{processes.PLATFORM_HUB}=2"), log_dir=self.work,
+                args=capture if s.capture else ())
         imds_args = ["--time-scale", f"{s.time_scale:g}"]
         if s.authenticate:  # the simulator's own test PKI signs attested documents; central trusts its root
             imds_args += ["--attestation-dir", str(self.work / "attestation")]
@@ -306,7 +313,13 @@ class Fleet:
              "Auth": self.issuer.auth_section(enabled=s.platform_auth)}, indent=2))
         argv = [sys.executable, "-m", "sandbox.functions", "--settings", str(self.settings_file),
                 "--app", "function_app", "--app-dir", str(processes.REPO), "--port", str(port)]
-        return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60)
+        return processes.start(name, argv, {"http": port}, log_dir=self.work, timeout=60,
+                               env=s.runner_env.get(name))
+
+    def restart_runner(self, name: str) -> processes.Server:
+        """Central instance `name` started again (after a fault test killed it), on a new port."""
+        self.servers[name] = self._start_runner(name)
+        return self.servers[name]
 
     # ---- what the fleet knows -------------------------------------------------------------------
     def central(self, path: str, instance: int = 0) -> Any:

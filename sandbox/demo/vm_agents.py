@@ -64,7 +64,7 @@ def start_forwarder(fleet: Fleet, vm: VmSpec) -> processes.Server:
     # Connection strings through the environment, not argv (ps shows argv to every local user).
     env = {k: v for k, v in os.environ.items() if not k.startswith("SE_FORWARDER_")}
     env["SE_FORWARDER_EVENTHUB_CONNECTION_STRING"] = processes.eventhubs_connection_string(
-        fleet.servers["eventhubs"].port, HUB)
+        s.eventhubs_port or fleet.servers["eventhubs"].port, HUB)
     env["SE_FORWARDER_QUEUE_CONNECTION_STRING"] = queue
     return processes.start(f"forwarder-{vm.name}", argv, {}, log_dir=home, env=env)
 
