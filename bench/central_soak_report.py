@@ -23,6 +23,13 @@ RETENTION: Dict[str, str] = {
     ),
     "raised_keys": "bounded: RAISED_LIMIT = 10,000 alert keys (central/runtime/ingest.py), oldest dropped",
     "cached_ended": "bounded: ENDED_CACHE ended events (central/store/event_reads.py), oldest dropped",
+    "active_reporters": (
+        "one per VM name that reported an active event (central/store/active_events.py, keyed by name):"
+        " bounded by the fleet's names, reset at each full reload of the active rows"
+    ),
+    "deferred": "changed events of budget groups this instance did not decide in: taken at its next catch-up",
+    "threads": "the runner's threads: the host's receive loops, timers and the SDKs' pools (judged flat)",
+    "fds": "the runner's sockets and files: connections to the hub and Azurite (judged flat)",
     "cached_vms": "one per VM that reported: grows with the fleet, not with time",
     "cached_names": "one per VM name read: grows with the fleet, not with time",
     "cached_named": "one per VM name: grows with the fleet, not with time",
