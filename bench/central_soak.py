@@ -46,6 +46,7 @@ from bench.fleet_traffic import HUB, PARTITIONS, SIGNER, send_signed
 from bench.soak_report import RESULTS, SampleLog
 from sandbox import processes
 
+IN_BENCH = False  # a soak (hours): `make soak` runs it, not `python -m bench`
 OUT = RESULTS / "central-soak.jsonl"
 # Two of the 40 scale sets held for an operator (their events stay held until their VMs report them gone),
 # the rest approved at once: approvals to the VMs' queues, held events and their alerts, each wave.
@@ -188,7 +189,8 @@ def runner_sample(
     return out
 
 
-def start_runners(work: Path, count: int, settings: Dict[str, str]) -> List[Tuple[processes.Server, Path]]:
+def start_runners(work: Path, count: int, settings: Dict[str, str],
+                  probe_seconds: float) -> List[Tuple[processes.Server, Path]]:
     from tests.functions.conftest import RunnerFiles, start_runner
 
     out = []
@@ -199,7 +201,7 @@ def start_runners(work: Path, count: int, settings: Dict[str, str]) -> List[Tupl
                 **settings,
                 "SANDBOX_INVOCATION_CPU_FILE": str(files.directory / "invocation-cpu.json"),
                 "SOAK_PROBE_FILE": str(files.directory / "probe.json"),
-                "SOAK_PROBE_SECONDS": "10",
+                "SOAK_PROBE_SECONDS": str(probe_seconds),
             }
         )
         out.append((start_runner(files, "bench.soak_probe"), files.directory))
@@ -258,7 +260,7 @@ def soak(args: argparse.Namespace, work: Path) -> Path:
         "REEVALUATE_SCHEDULE": "0 */1 * * * *",  # infra's default: every minute
         "AUTHN_TRUST_PEM": SIGNER.trust_pem,  # the sandbox's test root, nothing else
     }
-    runners = start_runners(work, args.instances, settings)
+    runners = start_runners(work, args.instances, settings, min(10.0, args.sample_seconds / 2))
     log = SampleLog(args.out)
     counters = [LogCounter(d / "functions.log") for _, d in runners]
     load = Load([SoakVm(i) for i in range(args.vms)], args)

@@ -30,6 +30,9 @@ RETENTION: Dict[str, str] = {
     "deferred": "changed events of budget groups this instance did not decide in: taken at its next catch-up",
     "threads": "the runner's threads: the host's receive loops, timers and the SDKs' pools (judged flat)",
     "fds": "the runner's sockets and files: connections to the hub and Azurite (judged flat)",
+    "cached_active": "the active events: bounded by the events in flight (each wave's events end)",
+    "state_active": "the active events' `o:` rows: bounded by the events in flight (each wave's events end)",
+    "state_alerts": "alerts owed by no event (`a:` rows), deleted once delivered",
     "cached_vms": "one per VM that reported: grows with the fleet, not with time",
     "cached_names": "one per VM name read: grows with the fleet, not with time",
     "cached_named": "one per VM name: grows with the fleet, not with time",
@@ -187,7 +190,7 @@ def report(path: Path, hour_seconds: float = 600.0) -> int:
     print(text)
     path.with_suffix(".md").write_text(text, encoding="utf-8")
     _plot(path, samples, runners)
-    return 0
+    return 1 if any("NOT EXPLAINED" in line for line in growth_lines) else 0
 
 
 def _plot(path: Path, samples: List[Sample], runners: int) -> None:

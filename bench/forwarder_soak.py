@@ -62,6 +62,7 @@ from bench.soak_report import RESULTS, SampleLog
 from bench.tlsrelay import TlsRelay, make_certificate
 from sandbox import processes
 
+IN_BENCH = False  # a soak (a simulated month): `make soak` runs it, not `python -m bench`
 OUT = RESULTS / "forwarder-soak.jsonl"
 DAY = 86400.0
 VM = {"name": "vm0", "vmId": "50a0a0a0-5050-4050-8050-000000000050"}
@@ -127,17 +128,10 @@ def outbox_figures(state: Path) -> Dict[str, Any]:
 
 
 def process_figures(pid: int) -> Dict[str, Any]:
-    threads = next(
-        int(line.split()[1])
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if line.startswith("Threads:")
-    )
-    return {
-        "rss_mib": rss_bytes(pid) / MIB,
-        "fds": len(os.listdir(f"/proc/{pid}/fd")),
-        "threads": threads,
-        "cpu_s": cpu_seconds(pid),
-    }
+    threads = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Threads:"))
+    return {"rss_mib": rss_bytes(pid) / MIB, "fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": threads,
+            "cpu_s": cpu_seconds(pid)}
 
 
 def iso(moment: datetime) -> str:
@@ -159,19 +153,10 @@ class Central:
 
     def approve(self, event_id: str, action: str, expires_in: float) -> None:
         now = datetime.now(timezone.utc)
-        message = {
-            "schemaVersion": 1,
-            "messageId": str(uuid.uuid4()),
-            "eventId": event_id,
-            "vmId": VM["vmId"],
-            "vmName": VM["name"],
-            "action": action,
-            "decidedBy": "policy:soak",
-            "reason": "soak",
-            "issuedAt": iso(now - timedelta(seconds=max(0.0, -expires_in) + 1)),
-            "expiresAt": iso(now + timedelta(seconds=expires_in)),
-            "incarnation": 1,
-        }
+        message = {"schemaVersion": 1, "messageId": str(uuid.uuid4()), "eventId": event_id,
+                   "vmId": VM["vmId"], "vmName": VM["name"], "action": action, "decidedBy": "policy:soak",
+                   "reason": "soak", "issuedAt": iso(now - timedelta(seconds=max(0.0, -expires_in) + 1)),
+                   "expiresAt": iso(now + timedelta(seconds=expires_in)), "incarnation": 1}
         self.queue.send_message(json.dumps(message))
 
     def close(self) -> None:
@@ -194,42 +179,16 @@ def request_counts(sim: Any) -> Dict[str, int]:
     return counts
 
 
-def forwarder_argv(
-    python: Path, args: argparse.Namespace, imds_port: int, queue_port: int, work: Path
-) -> List[str]:
+def forwarder_argv(python: Path, args: argparse.Namespace, imds_port: int, queue_port: int,
+                   work: Path) -> List[str]:
     s = args.speed
-    return [
-        str(python),
-        "-m",
-        "forwarder",
-        "run",
-        "--config",
-        str(work / "empty.json"),
-        "--imds-url",
-        f"http://{processes.LOOPBACK}:{imds_port}/vms/{VM['name']}",
-        "--state-dir",
-        str(work / "state"),
-        "--poll-interval",
-        "0.25",
-        "--log-level",
-        args.log_level,
-        "--heartbeat-interval",
-        f"{60.0 / s:.6f}",
-        "--eventhub-idle-close",
-        f"{20.0 / s:.6f}",
-        "--approval-fast-interval",
-        f"{max(0.25, 2.0 / s):.6f}",
-        "--hook-dir",
-        str(work / "hooks"),
-        "--sink",
-        "eventhub",
-        "--eventhub-namespace",
-        HUB_HOST,
-        "--eventhub-name",
-        HUB,
-        "--queue-service-uri",
-        f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1",
-    ]
+    return [str(python), "-m", "forwarder", "run", "--config", str(work / "empty.json"),
+            "--imds-url", f"http://{processes.LOOPBACK}:{imds_port}/vms/{VM['name']}",
+            "--state-dir", str(work / "state"), "--poll-interval", "0.25", "--log-level", args.log_level,
+            "--heartbeat-interval", f"{60.0 / s:.6f}", "--eventhub-idle-close", f"{20.0 / s:.6f}",
+            "--approval-fast-interval", f"{max(0.25, 2.0 / s):.6f}", "--hook-dir", str(work / "hooks"),
+            "--sink", "eventhub", "--eventhub-namespace", args.hub_host, "--eventhub-name", HUB,
+            "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
 
 
 def install_hook(work: Path) -> Path:
@@ -265,23 +224,14 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
     from sandbox.imds.client import ImdsSimulator
 
     (work / "empty.json").write_text("{}")
-    cert, key = make_certificate(work, (processes.LOOPBACK, HUB_HOST))
+    cert, key = make_certificate(work, (processes.LOOPBACK, args.hub_host))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_FORWARDER_", "PYTHON"))}
     env.update(trust_env(cert, work))
-    imds = processes.start_imds(
-        [
-            "--time-scale",
-            str(args.speed),
-            "--vm",
-            json.dumps(VM),
-            "--token-lifetime",
-            str(args.token_lifetime),
-        ],
-        log_dir=work,
-    )
+    imds = processes.start_imds(["--time-scale", str(args.speed), "--vm", json.dumps(VM),
+                                 "--token-lifetime", str(args.token_lifetime)], log_dir=work)
     hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True)
     azurite = processes.start_azurite(log_dir=work, oauth_tls=(cert, key))
-    relay: Optional[TlsRelay] = TlsRelay(cert, key, hub.ports["rest"], host=HUB_HOST, port=HUB_PORT)
+    relay: Optional[TlsRelay] = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
     conn = azurite.extra["connection_string"].replace("http://", "https://")
     central = Central(conn, cert)
     sim = ImdsSimulator(f"http://{processes.LOOPBACK}:{imds.port}")
@@ -289,33 +239,17 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
     log = RotatingLog(work / "forwarder.log", args.log_max_bytes)
     samples = SampleLog(args.out)
     env["AZURE_POD_IDENTITY_AUTHORITY_HOST"] = f"http://{processes.LOOPBACK}:{imds.port}/vms/{VM['name']}"
-    proc = subprocess.Popen(
-        forwarder_argv(python, args, imds.port, azurite.ports["queue"], work),
-        cwd=processes.REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    proc = subprocess.Popen(forwarder_argv(python, args, imds.port, azurite.ports["queue"], work),
+                            cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None
     threading.Thread(target=log.pump, args=(proc.stdout,), daemon=True, name="journald").start()
     plan = Plan(args)
-    samples.add(
-        {
-            "kind": "config",
-            "argv": " ".join(args.argv),
-            "speed": args.speed,
-            "days": args.days,
-            "log_max_bytes": args.log_max_bytes,
-            "token_lifetime": args.token_lifetime,
-            "forwarder": forwarder_argv(python, args, imds.port, azurite.ports["queue"], work)[3:],
-        }
-    )
-    print(
-        f"forwarder soak: {args.days} simulated days at {args.speed:g}x "
-        f"(~{args.days * DAY / args.speed / 60:.0f} real min); forwarder PID {proc.pid}; "
-        f"samples -> {args.out}; work {work}",
-        flush=True,
-    )
+    samples.add({"kind": "config", "argv": " ".join(args.argv), "speed": args.speed, "days": args.days,
+                 "log_max_bytes": args.log_max_bytes, "token_lifetime": args.token_lifetime,
+                 "forwarder": forwarder_argv(python, args, imds.port, azurite.ports["queue"], work)[3:]})
+    print(f"forwarder soak: {args.days} simulated days at {args.speed:g}x "
+          f"(~{args.days * DAY / args.speed / 60:.0f} real min); forwarder PID {proc.pid}; "
+          f"samples -> {args.out}; work {work}", flush=True)
     started = time.monotonic()
     next_sample, day_written, outage_end = 0.0, 0, 0.0
     try:
@@ -324,67 +258,32 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
             if proc.poll() is not None:
                 raise RuntimeError(f"the forwarder exited ({proc.returncode}); see {log.path}")
             if sim_s >= (plan.day + 1) * DAY or sim_s >= args.days * DAY:  # the day's own figures
-                counts = request_counts(sim)
                 runs = len(hook_runs.read_text().splitlines()) if hook_runs.exists() else 0
-                samples.add(
-                    {
-                        "kind": "day",
-                        "day": plan.day,
-                        "log_bytes": log.written - day_written,
-                        "hook_runs_total": runs,
-                        "rotations": log.rotations,
-                        **counts,
-                    }
-                )
-                day_written = log.written
-                plan.day += 1
+                samples.add({"kind": "day", "day": plan.day, "log_bytes": log.written - day_written,
+                             "hook_runs_total": runs, "rotations": log.rotations, **request_counts(sim)})
+                day_written, plan.day = log.written, plan.day + 1
                 if sim_s >= args.days * DAY:
                     break
             kind = plan.event_due(sim_s)
             if kind:
-                event = sim.add_event(
-                    eventType="Reboot",
-                    resources=[VM["name"]],
-                    noticeSeconds=args.notice_minutes * 60,
-                    startedSeconds=600,
-                )
-                if kind != "held":
-                    real_notice = args.notice_minutes * 60 / args.speed
-                    central.approve(
-                        event["eventId"],
-                        "hook-then-approve" if kind == "hook-run" else "approve",
-                        -60.0 if kind == "expired" else real_notice + 60,
-                    )
+                open_event(sim, central, kind, args)
             today = int(sim_s // DAY)
-            if (
-                relay is not None
-                and plan.outage_day < today
-                and sim_s >= today * DAY + args.outage_hour * 3600
-            ):
+            outage_due = plan.outage_day < today and sim_s >= (today + args.outage_hour / 24) * DAY
+            if relay is not None and outage_due:
                 relay.stop()  # Event Hubs unreachable: connections refused until it is back
-                relay, plan.outage_day = None, today
-                outage_end = sim_s + args.outage_minutes * 60
+                relay, plan.outage_day, outage_end = None, today, sim_s + args.outage_minutes * 60
             elif relay is None and sim_s >= outage_end:
-                relay = TlsRelay(cert, key, hub.ports["rest"], host=HUB_HOST, port=HUB_PORT)
+                relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
             if not plan.rotated and sim_s >= args.rotate_day * DAY:
                 log.rotate()
                 plan.rotated = True
             if sim_s >= next_sample:
                 next_sample += 3600
-                samples.add(
-                    {
-                        "kind": "sample",
-                        "sim_s": round(sim_s),
-                        "day": sim_s / DAY,
-                        "t": round(time.monotonic() - started, 1),
-                        "outage": relay is None,
-                        "log_written": log.written,
-                        "log_on_disk": log.on_disk(),
-                        "rotations": log.rotations,
-                        **process_figures(proc.pid),
-                        **outbox_figures(work / "state"),
-                    }
-                )
+                samples.add({"kind": "sample", "sim_s": round(sim_s), "day": sim_s / DAY,
+                             "t": round(time.monotonic() - started, 1), "outage": relay is None,
+                             "log_written": log.written, "log_on_disk": log.on_disk(),
+                             "rotations": log.rotations,
+                             **process_figures(proc.pid), **outbox_figures(work / "state")})
             time.sleep(0.05)
     finally:
         samples.close()
@@ -403,27 +302,35 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
             server.stop()
 
 
+def open_event(sim: Any, central: Central, kind: str, args: argparse.Namespace) -> None:
+    """A Reboot for the VM and what central does about it: approve, approve after the hook, nothing (held),
+    or an approval already past its expiry."""
+    event = sim.add_event(eventType="Reboot", resources=[VM["name"]], noticeSeconds=args.notice_minutes * 60,
+                          startedSeconds=600)
+    if kind != "held":
+        real_notice = args.notice_minutes * 60 / args.speed
+        central.approve(event["eventId"], "hook-then-approve" if kind == "hook-run" else "approve",
+                        -60.0 if kind == "expired" else real_notice + 60)
+
+
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.forwarder_soak",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.forwarder_soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=float, default=30.0, help="simulated days")
     parser.add_argument("--speed", type=float, default=1200.0, help="simulated seconds per real second")
     parser.add_argument("--event-hours", type=float, default=4.0, help="simulated hours between events")
     parser.add_argument("--notice-minutes", type=float, default=30.0, help="an event's notice (simulated)")
     parser.add_argument("--outage-hour", type=float, default=12.0, help="the daily outage's start (hour)")
     parser.add_argument("--outage-minutes", type=float, default=60.0, help="each outage (simulated)")
-    parser.add_argument(
-        "--rotate-day", type=float, help="the day of the one forced rotation (default: mid-run)"
-    )
+    parser.add_argument("--rotate-day", type=float, help="the day of the forced rotation (default: mid-run)")
     parser.add_argument("--log-max-bytes", type=int, default=8 * MIB, help="rotate the log past this size")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--token-lifetime", type=int, default=720, help="real seconds a token lasts")
     parser.add_argument("--out", type=Path, default=OUT, help="samples (JSON lines), appended as taken")
     parser.add_argument("--report", type=Path, help="only print the figures of an existing samples file")
     parser.add_argument("--work", type=Path, help="keep the state dir and logs here (default: temporary)")
+    parser.add_argument("--python", type=Path, help="the forwarder's Python (default: the pinned VM venv)")
+    parser.add_argument("--hub-host", default=HUB_HOST, help="the namespace's loopback address (port 443)")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.rotate_day is None:
@@ -432,7 +339,7 @@ def main(argv: List[str]) -> int:
 
     if args.report:
         return report(args.report)
-    python = vm_python()
+    python = args.python or vm_python()
     if args.out.exists():
         args.out.unlink()
     if args.work:
