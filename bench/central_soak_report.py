@@ -79,7 +79,7 @@ def _probe(key: str) -> Value:
 
 
 def _table(key: str) -> Value:
-    return lambda s: s["tables"].get(key)
+    return lambda s: s["tables"].get(key, 0)  # a kind with no row yet is not listed: 0
 
 
 def _per_envelope(first: Sample, last: Sample, key: str) -> Optional[float]:
