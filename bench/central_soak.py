@@ -217,6 +217,8 @@ class Load:
         self.waves = 0
         self.steps: List[Tuple[float, SoakVm, Optional[str]]] = []  # (due second, vm, status)
         self.published = 0
+        self.lost = 0  # envelopes whose send failed (counted in published too)
+        self.hub_restarts = 0
 
     def due(self, elapsed: float, tick: float, now: datetime) -> List[bytes]:
         args, bodies = self.args, []
@@ -243,9 +245,12 @@ class Load:
 
 def soak(args: argparse.Namespace, work: Path) -> Path:
     from azure.eventhub import EventHubProducerClient
+    from azure.eventhub.exceptions import EventHubError
 
     azurite = processes.start_azurite(log_dir=work)
-    hub = processes.start_eventhubs([f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"], log_dir=work)
+    hub_args = [f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"]
+    hub = processes.start_eventhubs(hub_args, log_dir=work)
+    hub_conn = processes.eventhubs_connection_string(hub.port, HUB)
     storage = azurite.extra["connection_string"]
     prefix = "soak"
     settings = {
@@ -281,7 +286,17 @@ def soak(args: argparse.Namespace, work: Path) -> Path:
                 break
             bodies = load.due(elapsed, args.tick, datetime.now(timezone.utc))
             if bodies:
-                send_signed(producer, bodies)
+                try:
+                    send_signed(producer, bodies)
+                except EventHubError as exc:  # counted, not fatal: the run goes on and says what it lost
+                    load.lost += len(bodies)
+                    print(f"[{elapsed / 60:6.1f} min] send failed ({exc.__class__.__name__}); {len(bodies)} "
+                          "envelopes not published", flush=True)
+                    if hub.proc.poll() is not None:  # the hub died (another process's kill): back, same port
+                        hub = processes.start_eventhubs(hub_args, log_dir=work, port=hub.port)
+                        load.hub_restarts += 1
+                    producer.close()
+                    producer = EventHubProducerClient.from_connection_string(hub_conn)
             if time.monotonic() >= next_sample:
                 next_sample += args.sample_seconds
                 sample = {
@@ -290,6 +305,8 @@ def soak(args: argparse.Namespace, work: Path) -> Path:
                     "hour": elapsed / args.hour_seconds,
                     "real_hour": elapsed / 3600,
                     "published": load.published,
+                    "lost": load.lost,
+                    "hub_restarts": load.hub_restarts,
                     "waves": load.waves,
                     "runners": [
                         runner_sample(r, c, d / "invocation-cpu.json", d / "probe.json")
