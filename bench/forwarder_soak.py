@@ -251,7 +251,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
           f"(~{args.days * DAY / args.speed / 60:.0f} real min); forwarder PID {proc.pid}; "
           f"samples -> {args.out}; work {work}", flush=True)
     started = time.monotonic()
-    next_sample, day_written, outage_end = 0.0, 0, 0.0
+    next_sample, day_written, outage_end, hub_restarts = 0.0, 0, 0.0, 0
     try:
         while True:
             sim_s = (time.monotonic() - started) * args.speed
@@ -267,6 +267,12 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
             kind = plan.event_due(sim_s)
             if kind:
                 open_event(sim, central, kind, args)
+            if hub.proc.poll() is not None:  # killed from outside (it happened once): back on its AMQP port
+                hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True, port=hub.port)
+                hub_restarts += 1
+                if relay is not None:  # its REST port is new: the relay follows it
+                    relay.stop()
+                    relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
             today = int(sim_s // DAY)
             outage_due = plan.outage_day < today and sim_s >= (today + args.outage_hour / 24) * DAY
             if relay is not None and outage_due:
@@ -282,7 +288,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
                 samples.add({"kind": "sample", "sim_s": round(sim_s), "day": sim_s / DAY,
                              "t": round(time.monotonic() - started, 1), "outage": relay is None,
                              "log_written": log.written, "log_on_disk": log.on_disk(),
-                             "rotations": log.rotations,
+                             "rotations": log.rotations, "hub_restarts": hub_restarts,
                              **process_figures(proc.pid), **outbox_figures(work / "state")})
             time.sleep(0.05)
     finally:

@@ -96,8 +96,9 @@ def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any]) -> 
             for i in range(last + 1, end)
             if samples[i].get("outbox_rows") is not None and samples[i]["outbox_rows"] <= floor
         ]
-        if after:
-            drains.append((samples[after[0]]["sim_s"] - samples[last]["sim_s"]) / 3600)
+        if after:  # (simulated hours, real seconds): the sender's back-off runs on the real clock
+            drains.append(((samples[after[0]]["sim_s"] - samples[last]["sim_s"]) / 3600,
+                           samples[after[0]]["t"] - samples[last]["t"]))
         elif end < len(samples) or n + 1 < len(runs):
             missed.append(n)
     out.append(
@@ -106,7 +107,9 @@ def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any]) -> 
             bool(runs) and not missed,
             f"{len(runs)} outages; floor {floor:g} rows (day {BASE_DAY}'s least); peak backlog per outage "
             f"{min(peaks or [0]):g}-{max(peaks or [0]):g} rows; back to the floor within "
-            f"{max(drains or [0]):.0f} simulated hour(s) of the hub's return (sampled hourly); "
+            f"{max(d[0] for d in drains or [(0, 0)]):.0f} simulated hour(s) of the hub's return, "
+                f"{max(d[1] for d in drains or [(0, 0)]):.0f} real seconds (sampled hourly; the sender's "
+                "back-off is real time); "
             f"not back before the next outage: {missed or 'none'}",
         )
     )
