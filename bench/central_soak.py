@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -354,6 +355,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--report", type=Path, help="only print the figures of an existing samples file")
     parser.add_argument("--work", type=Path, help="keep the runners' logs here (default: a temporary dir)")
     args = parser.parse_args(argv)
+    # SIGTERM (nohup'd runs ignore SIGINT) ends the run through its finally: servers stopped, samples kept
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from bench.central_soak_report import report
 
     if args.report:

@@ -338,6 +338,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--python", type=Path, help="the forwarder's Python (default: the pinned VM venv)")
     parser.add_argument("--hub-host", default=HUB_HOST, help="the namespace's loopback address (port 443)")
     args = parser.parse_args(argv)
+    # SIGTERM (nohup'd runs ignore SIGINT) ends the run through its finally: servers stopped, samples kept
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.argv = argv
     if args.rotate_day is None:
         args.rotate_day = args.days / 2
