@@ -279,6 +279,8 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
                 relay.stop()  # Event Hubs unreachable: connections refused until it is back
                 relay, plan.outage_day, outage_end = None, today, sim_s + args.outage_minutes * 60
             elif relay is None and sim_s >= outage_end:
+                samples.add({"kind": "outage", "day": today, "sim_s": round(sim_s),  # its backlog at the end
+                             "rows_at_end": outbox_figures(work / "state")["outbox_rows"]})
                 relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
             if not plan.rotated and sim_s >= args.rotate_day * DAY:
                 log.rotate()

@@ -44,7 +44,8 @@ def outages(samples: Sequence[Sample]) -> List[Tuple[int, int]]:
     return runs
 
 
-def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any]) -> List[Tuple[str, bool, str]]:
+def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any],
+          records: Sequence[Sample] = ()) -> List[Tuple[str, bool, str]]:
     """(rule, passed, figures) for each flatness rule of issue 50 item 1."""
     by_day = _days(samples)
     later = {d: ss for d, ss in by_day.items() if d > BASE_DAY}
@@ -85,6 +86,7 @@ def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any]) -> 
                 f"{max(max(_values(ss, key)) for ss in later.values()):g}",
             )
         )
+    ends = [r["rows_at_end"] for r in records if r.get("kind") == "outage" and r["rows_at_end"] is not None]
     floor = min(_values(base, "outbox_rows"))
     runs = outages(samples)
     missed, peaks, drains = [], [], []
@@ -105,11 +107,11 @@ def rules(samples: List[Sample], days: List[Sample], config: Dict[str, Any]) -> 
         (
             "the outbox back to its floor after each outage",
             bool(runs) and not missed,
-            f"{len(runs)} outages; floor {floor:g} rows (day {BASE_DAY}'s least); peak backlog per outage "
-            f"{min(peaks or [0]):g}-{max(peaks or [0]):g} rows; back to the floor within "
+            f"{len(runs)} outages; floor {floor:g} rows (day {BASE_DAY}'s least); backlog at an outage's "
+            f"end {min(ends or peaks or [0]):g}-{max(ends or peaks or [0]):g} rows; back to the floor within "
             f"{max(d[0] for d in drains or [(0, 0)]):.0f} simulated hour(s) of the hub's return, "
-                f"{max(d[1] for d in drains or [(0, 0)]):.0f} real seconds (sampled hourly; the sender's "
-                "back-off is real time); "
+            f"{max(d[1] for d in drains or [(0, 0)]):.0f} real seconds (sampled hourly; the sender's "
+            "back-off is real time); "
             f"not back before the next outage: {missed or 'none'}",
         )
     )
@@ -184,7 +186,7 @@ def report(path: Path) -> int:
         "approval POSTs",
         "hook runs",
     ]
-    judged = rules(samples, days, config)
+    judged = rules(samples, days, config, records)
     cpu = samples[-1]["cpu_s"] - samples[0]["cpu_s"]
     sim_days = samples[-1]["sim_s"] / 86400
     lines = [

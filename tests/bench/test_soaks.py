@@ -18,9 +18,9 @@ from bench.soak_report import load
 def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_them(tmp_path: Path) -> None:
     out, work = tmp_path / "forwarder-soak.jsonl", tmp_path / "work"
     # 6 simulated hours at 1200x (18 s): an event each hour (approved, hook-run, held, expired, approved,
-    # hook-run), Event Hubs down from hour 2 to 3, the log rotated at hour 2.4
+    # hook-run), Event Hubs down from hour 2.5 to 3.5, the log rotated at hour 2.4
     code = forwarder_soak.main(["--days", "0.25", "--speed", "1200", "--event-hours", "1",
-                                "--notice-minutes", "60", "--outage-hour", "2", "--outage-minutes", "60",
+                                "--notice-minutes", "60", "--outage-hour", "2.5", "--outage-minutes", "60",
                                 "--rotate-day", "0.1",
                                 "--python", sys.executable, "--hub-host", "127.0.0.51", "--out", str(out),
                                 "--work", str(work)])
@@ -33,9 +33,10 @@ def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_the
     assert all(s["rss_mib"] > 5 and s["fds"] > 3 and s["threads"] > 1 for s in samples[1:])  # [0]: at spawn
     assert day["polls"] > 20 and day["tokens"] >= 1
     assert day["posts"] >= 2 and day["hook_runs_total"] >= 1  # approved and hook-run events were POSTed
-    down = [s["outbox_rows"] for s in samples if s["outage"]]
-    assert down and max(down) > 0  # heartbeats kept while Event Hubs was unreachable
-    assert samples[-1]["outbox_rows"] < max(down)  # and sent after it came back
+    down = [s["outbox_rows"] for s in samples if s["outage"]]  # the sample at hour 3
+    (outage,) = [r for r in records if r["kind"] == "outage"]
+    assert down and max(down) > 0 and outage["rows_at_end"] > 0  # heartbeats kept while Event Hubs was down
+    assert samples[-1]["outbox_rows"] < outage["rows_at_end"]  # and sent after it came back
     assert samples[-1]["rotations"] == 1 and (work / "forwarder.log.1").exists()
     assert samples[-1]["log_written"] > (work / "forwarder.log.1").stat().st_size  # it kept logging
     assert out.with_suffix(".png").stat().st_size > 1000
