@@ -182,12 +182,13 @@ def request_counts(sim: Any) -> Dict[str, int]:
 def forwarder_argv(python: Path, args: argparse.Namespace, imds_port: int, queue_port: int,
                    work: Path) -> List[str]:
     s = args.speed
+    namespace = args.hub_host if args.hub_port == 443 else f"{args.hub_host}:{args.hub_port}"
     return [str(python), "-m", "forwarder", "run", "--config", str(work / "empty.json"),
             "--imds-url", f"http://{processes.LOOPBACK}:{imds_port}/vms/{VM['name']}",
             "--state-dir", str(work / "state"), "--poll-interval", "0.25", "--log-level", args.log_level,
             "--heartbeat-interval", f"{60.0 / s:.6f}", "--eventhub-idle-close", f"{20.0 / s:.6f}",
             "--approval-fast-interval", f"{max(0.25, 2.0 / s):.6f}", "--hook-dir", str(work / "hooks"),
-            "--sink", "eventhub", "--eventhub-namespace", args.hub_host, "--eventhub-name", HUB,
+            "--sink", "eventhub", "--eventhub-namespace", namespace, "--eventhub-name", HUB,
             "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
 
 
@@ -231,7 +232,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
                                  "--token-lifetime", str(args.token_lifetime)], log_dir=work)
     hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True)
     azurite = processes.start_azurite(log_dir=work, oauth_tls=(cert, key))
-    relay: Optional[TlsRelay] = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
+    relay: Optional[TlsRelay] = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=args.hub_port)
     conn = azurite.extra["connection_string"].replace("http://", "https://")
     central = Central(conn, cert)
     sim = ImdsSimulator(f"http://{processes.LOOPBACK}:{imds.port}")
@@ -272,7 +273,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
                 hub_restarts += 1
                 if relay is not None:  # its REST port is new: the relay follows it
                     relay.stop()
-                    relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
+                    relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=args.hub_port)
             today = int(sim_s // DAY)
             outage_due = plan.outage_day < today and sim_s >= (today + args.outage_hour / 24) * DAY
             if relay is not None and outage_due:
@@ -281,7 +282,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
             elif relay is None and sim_s >= outage_end:
                 samples.add({"kind": "outage", "day": today, "sim_s": round(sim_s),  # its backlog at the end
                              "rows_at_end": outbox_figures(work / "state")["outbox_rows"]})
-                relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=HUB_PORT)
+                relay = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=args.hub_port)
             if not plan.rotated and sim_s >= args.rotate_day * DAY:
                 log.rotate()
                 plan.rotated = True
@@ -338,7 +339,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--report", type=Path, help="only print the figures of an existing samples file")
     parser.add_argument("--work", type=Path, help="keep the state dir and logs here (default: temporary)")
     parser.add_argument("--python", type=Path, help="the forwarder's Python (default: the pinned VM venv)")
-    parser.add_argument("--hub-host", default=HUB_HOST, help="the namespace's loopback address (port 443)")
+    parser.add_argument("--hub-host", default=HUB_HOST, help="the namespace's loopback address")
+    parser.add_argument("--hub-port", type=int, default=HUB_PORT, help="its HTTPS port (443 needs root)")
     args = parser.parse_args(argv)
     # SIGTERM (nohup'd runs ignore SIGINT) ends the run through its finally: servers stopped, samples kept
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -2,8 +2,8 @@
 the reports. The soaks' figures come from `make soak` (hours), never from a test.
 
 The forwarder soak runs the forwarder on this venv's Python (`--python`; the soak itself uses the pinned VM
-venv) and its TLS relay on a loopback address of its own (127.0.0.51:443: binding 443 needs root, as the
-footprint bench does), so a soak running at the same time on 127.0.0.50 is not disturbed.
+venv) and its TLS relay on a free loopback port (the soak's own is 127.0.0.50:443, which needs root), so a
+soak running at the same time is not disturbed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench import central_soak, forwarder_soak
 from bench.soak_report import load
+from sandbox import processes
 
 
 def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_them(tmp_path: Path) -> None:
@@ -22,7 +23,8 @@ def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_the
     code = forwarder_soak.main(["--days", "0.25", "--speed", "1200", "--event-hours", "1",
                                 "--notice-minutes", "60", "--outage-hour", "2.5", "--outage-minutes", "60",
                                 "--rotate-day", "0.1",
-                                "--python", sys.executable, "--hub-host", "127.0.0.51", "--out", str(out),
+                                "--python", sys.executable, "--hub-host", processes.LOOPBACK,
+                                "--hub-port", str(processes.free_port()), "--out", str(out),
                                 "--work", str(work)])
     records = load(out)
     samples = [r for r in records if r["kind"] == "sample"]
