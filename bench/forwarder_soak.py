@@ -27,7 +27,8 @@ be sped up honestly, said plainly:
 Per simulated day: an event every --event-hours (4) simulated hours, in turn approved (central's approval
 put on the VM's queue), hook-run (hook-then-approve: the pre-approve hook runs, then the POST), held (no
 approval: the event starts at its NotBefore) and expired (an approval whose expiresAt has passed);
-heartbeats; an Event Hubs outage (--outage-minutes simulated minutes, the relay refusing connections);
+heartbeats; an Event Hubs outage (--outage-minutes simulated minutes, the relay refusing connections;
+day 0's lasts --warmup-outage-minutes, so the warm-up drains a full send batch: the largest the sender makes);
 and, once (--rotate-day), a log rotation. The forwarder logs to stderr (journald on a VM); this bench
 stands in for journald: it keeps the log in a file rotated at --log-max-bytes or on --rotate-day, one
 rotated file kept.
@@ -278,7 +279,8 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
             outage_due = plan.outage_day < today and sim_s >= (today + args.outage_hour / 24) * DAY
             if relay is not None and outage_due:
                 relay.stop()  # Event Hubs unreachable: connections refused until it is back
-                relay, plan.outage_day, outage_end = None, today, sim_s + args.outage_minutes * 60
+                minutes = args.warmup_outage_minutes if today == 0 else args.outage_minutes
+                relay, plan.outage_day, outage_end = None, today, sim_s + minutes * 60
             elif relay is None and sim_s >= outage_end:
                 samples.add({"kind": "outage", "day": today, "sim_s": round(sim_s),  # its backlog at the end
                              "rows_at_end": outbox_figures(work / "state")["outbox_rows"]})
@@ -331,6 +333,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--notice-minutes", type=float, default=30.0, help="an event's notice (simulated)")
     parser.add_argument("--outage-hour", type=float, default=12.0, help="the daily outage's start (hour)")
     parser.add_argument("--outage-minutes", type=float, default=60.0, help="each outage (simulated)")
+    parser.add_argument("--warmup-outage-minutes", type=float, default=180.0,
+                        help="day 0's outage: long enough for a full send batch (100) to pile up, so the "
+                             "warm-up drains the largest batch the sender makes")
     parser.add_argument("--rotate-day", type=float, help="the day of the forced rotation (default: mid-run)")
     parser.add_argument("--log-max-bytes", type=int, default=8 * MIB, help="rotate the log past this size")
     parser.add_argument("--log-level", default="info")

@@ -21,8 +21,8 @@ def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_the
     # 6 simulated hours at 1200x (18 s): an event each hour (approved, hook-run, held, expired, approved,
     # hook-run), Event Hubs down from hour 2.5 to 3.5, the log rotated at hour 2.4
     code = forwarder_soak.main(["--days", "0.25", "--speed", "1200", "--event-hours", "1",
-                                "--notice-minutes", "60", "--outage-hour", "2.5", "--outage-minutes", "60",
-                                "--rotate-day", "0.1",
+                                "--notice-minutes", "60", "--outage-hour", "2.5",
+                                "--warmup-outage-minutes", "60", "--rotate-day", "0.1",
                                 "--python", sys.executable, "--hub-host", processes.LOOPBACK,
                                 "--hub-port", str(processes.free_port()), "--out", str(out),
                                 "--work", str(work)])
