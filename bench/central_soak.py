@@ -190,8 +190,8 @@ def runner_sample(
     return out
 
 
-def start_runners(work: Path, count: int, settings: Dict[str, str],
-                  probe_seconds: float) -> List[Tuple[processes.Server, Path]]:
+def start_runners(work: Path, count: int, settings: Dict[str, str], probe_seconds: float,
+                  servers: List[processes.Server]) -> List[Tuple[processes.Server, Path]]:
     from tests.functions.conftest import RunnerFiles, start_runner
 
     out = []
@@ -206,6 +206,7 @@ def start_runners(work: Path, count: int, settings: Dict[str, str],
             }
         )
         out.append((start_runner(files, "bench.soak_probe"), files.directory))
+        servers.append(out[-1][0])
     return out
 
 
@@ -244,13 +245,17 @@ class Load:
         return bodies
 
 
-def soak(args: argparse.Namespace, work: Path) -> Path:
+def soak(args: argparse.Namespace, work: Path, servers: List[processes.Server]) -> Path:
+    """The run; every server and runner it starts is put in `servers` at once (the caller stops them
+    whatever happens, a start-up that fails half-way included)."""
     from azure.eventhub import EventHubProducerClient
     from azure.eventhub.exceptions import EventHubError
 
     azurite = processes.start_azurite(log_dir=work)
+    servers.append(azurite)
     hub_args = [f"{HUB}={PARTITIONS}", f"{processes.PLATFORM_HUB}=1"]
     hub = processes.start_eventhubs(hub_args, log_dir=work)
+    servers.append(hub)
     hub_conn = processes.eventhubs_connection_string(hub.port, HUB)
     storage = azurite.extra["connection_string"]
     prefix = "soak"
@@ -266,7 +271,7 @@ def soak(args: argparse.Namespace, work: Path) -> Path:
         "REEVALUATE_SCHEDULE": "0 */1 * * * *",  # infra's default: every minute
         "AUTHN_TRUST_PEM": SIGNER.trust_pem,  # the sandbox's test root, nothing else
     }
-    runners = start_runners(work, args.instances, settings, min(10.0, args.sample_seconds / 2))
+    runners = start_runners(work, args.instances, settings, min(10.0, args.sample_seconds / 2), servers)
     log = SampleLog(args.out)
     counters = [LogCounter(d / "functions.log") for _, d in runners]
     load = Load([SoakVm(i) for i in range(args.vms)], args)
@@ -295,6 +300,7 @@ def soak(args: argparse.Namespace, work: Path) -> Path:
                           "envelopes not published", flush=True)
                     if hub.proc.poll() is not None:  # the hub died (another process's kill): back, same port
                         hub = processes.start_eventhubs(hub_args, log_dir=work, port=hub.port)
+                        servers.append(hub)
                         load.hub_restarts += 1
                     producer.close()
                     producer = EventHubProducerClient.from_connection_string(hub_conn)
@@ -363,12 +369,17 @@ def main(argv: List[str]) -> int:
         return report(args.report, args.hour_seconds)
     if args.out.exists():
         args.out.unlink()  # a new run: its own samples only
-    if args.work:
-        args.work.mkdir(parents=True, exist_ok=True)
-        soak(args, args.work)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            soak(args, Path(tmp))
+    servers: List[processes.Server] = []
+    try:
+        if args.work:
+            args.work.mkdir(parents=True, exist_ok=True)
+            soak(args, args.work, servers)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                soak(args, Path(tmp), servers)
+    finally:
+        for server in servers:  # stopped already unless the start-up failed half-way
+            server.stop()
     return report(args.out, args.hour_seconds)
 
 

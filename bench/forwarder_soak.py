@@ -222,7 +222,9 @@ class Plan:
         return kind
 
 
-def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
+def soak(args: argparse.Namespace, work: Path, python: Path, servers: List[processes.Server]) -> None:
+    """The run; every server it starts is put in `servers` at once (the caller stops them whatever
+    happens, a start-up that fails half-way included)."""
     from sandbox.imds.client import ImdsSimulator
 
     (work / "empty.json").write_text("{}")
@@ -231,8 +233,11 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
     env.update(trust_env(cert, work))
     imds = processes.start_imds(["--time-scale", str(args.speed), "--vm", json.dumps(VM),
                                  "--token-lifetime", str(args.token_lifetime)], log_dir=work)
+    servers.append(imds)
     hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True)
+    servers.append(hub)
     azurite = processes.start_azurite(log_dir=work, oauth_tls=(cert, key))
+    servers.append(azurite)
     relay: Optional[TlsRelay] = TlsRelay(cert, key, hub.ports["rest"], host=args.hub_host, port=args.hub_port)
     conn = azurite.extra["connection_string"].replace("http://", "https://")
     central = Central(conn, cert)
@@ -271,6 +276,7 @@ def soak(args: argparse.Namespace, work: Path, python: Path) -> None:
                 open_event(sim, central, kind, args)
             if hub.proc.poll() is not None:  # killed from outside (it happened once): back on its AMQP port
                 hub = processes.start_eventhubs([f"{HUB}=4"], log_dir=work, rest=True, port=hub.port)
+                servers.append(hub)
                 hub_restarts += 1
                 if relay is not None:  # its REST port is new: the relay follows it
                     relay.stop()
@@ -359,12 +365,17 @@ def main(argv: List[str]) -> int:
     python = args.python or vm_python()
     if args.out.exists():
         args.out.unlink()
-    if args.work:
-        args.work.mkdir(parents=True, exist_ok=True)
-        soak(args, args.work, python)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            soak(args, Path(tmp), python)
+    servers: List[processes.Server] = []
+    try:
+        if args.work:
+            args.work.mkdir(parents=True, exist_ok=True)
+            soak(args, args.work, python, servers)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                soak(args, Path(tmp), python, servers)
+    finally:
+        for server in servers:  # stopped already unless the start-up failed half-way
+            server.stop()
     return report(args.out)
 
 
