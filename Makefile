@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo sandbox test test-any-date test-quick lint bench fault wheelhouse clean
+.PHONY: demo sandbox test test-any-date test-quick lint bench soak fault wheelhouse clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml ops/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ test-any-date: bootstrap
 
 bench: bootstrap
 	$(PY) -m bench
+
+# The soaks (issue 50): the forwarder for 30 simulated days (~40 min), then central for 2 real hours; their
+# samples, plots and summaries land in bench/results/. Shorter: make soak SOAK_DAYS=3 SOAK_HOURS=0.1
+SOAK_DAYS ?= 30
+SOAK_HOURS ?= 2
+soak: bootstrap
+	$(PY) -m bench.forwarder_soak --days $(SOAK_DAYS); forwarder=$$?; \
+	$(PY) -m bench.central_soak --hours $(SOAK_HOURS) && exit $$forwarder
 
 fault: bootstrap
 	$(PY) -m pytest -m slow -p no:cacheprovider

@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-window", type=float, default=1.0, help="the sliding window in seconds (default 1)")
     p.add_argument("--first-call-delay", type=float, default=0.0, metavar="S",
                    help="delay each VM's first /metadata request by S real seconds (IMDS may take 2 min)")
+    p.add_argument("--token-lifetime", type=int, default=86399, metavar="S",
+                   help="seconds a managed-identity token lasts (default 86399, as on Azure; soaks shorten "
+                        "it so a sped-up run refreshes tokens)")
     p.add_argument("--attestation-dir", type=Path, default=None, metavar="DIR",
                    help="write DIR/trust.pem: the run's test root + intermediate that sign attested "
                         "documents (keys stay in memory)")
@@ -67,6 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     if args.time_scale <= 0:
         parser().error("--time-scale must be > 0")
+    if args.token_lifetime < 1:
+        parser().error("--token-lifetime must be >= 1")
     vms: List[Identity] = args.vm or [from_spec({"name": "vm0"})]
     if len({v.name for v in vms}) != len(vms):
         parser().error("VM names must be unique")
@@ -76,6 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         attestation.pki.write_trust(args.attestation_dir)
     sim = build(vms, args.time_scale, args.rate_limit, args.rate_window, args.first_call_delay, args.verbose,
                 attestation=attestation)
+    sim.metadata.token_lifetime = args.token_lifetime
     if args.resource_graph_rows is not None and sim.graph is not None:
         try:
             rows = json.loads(args.resource_graph_rows.read_text(encoding="utf-8"))

@@ -47,6 +47,7 @@ class MetadataService:
         self.fabric, self.faults, self.limiter = fabric, faults, limiter
         self.first_call_delay = first_call_delay
         self.attested: Optional[Any] = None  # an attested.AttestedDocuments; set by server.build
+        self.token_lifetime = TOKEN_LIFETIME  # seconds a token lasts (--token-lifetime; soaks shorten it)
 
     def handle(self, req: Request) -> Response:
         if self.fabric.count_call(req.vm) == 0 and self.first_call_delay > 0:
@@ -141,21 +142,23 @@ class MetadataService:
                                        "error_description": "Required query variable 'resource' is missing"})
         now = int(time.time())
         ident = self.fabric.vm(req.vm).identity
-        doc = {"access_token": sandbox_token(ident, resource, now), "refresh_token": "",
-               "expires_in": "86399", "expires_on": str(now + 86399), "ext_expires_in": "86399",
+        life = self.token_lifetime
+        doc = {"access_token": sandbox_token(ident, resource, now, life), "refresh_token": "",
+               "expires_in": str(life), "expires_on": str(now + life), "ext_expires_in": str(life),
                "not_before": str(now), "resource": resource, "token_type": "Bearer",
                "client_id": ident.vmId}
         return _bad_body(bad, doc) if bad is not None else json_response(200, doc)
 
 
 SANDBOX_TENANT = "00000000-0000-0000-0000-00000000beef"
+TOKEN_LIFETIME = 86399  # as Entra ID's managed-identity tokens (~24 h)
 
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def sandbox_token(ident: Any, resource: str, now: int, lifetime: int = 86399) -> str:
+def sandbox_token(ident: Any, resource: str, now: int, lifetime: int = TOKEN_LIFETIME) -> str:
     """A JWT-shaped managed-identity token, as Entra ID issues them (aud = the resource, iss = the tenant's
     STS, iat/nbf/exp, the VM's identity in oid/xms_mirid), with an invalid signature: emulators that
     check a token's shape and lifetime without verifying it (Azurite's `--oauth basic`) accept it; nothing

@@ -206,3 +206,44 @@ def test_requests_for_packs_in_order_under_the_limit() -> None:
     assert [len(json.loads(p)) for p in packed] == [3, 3, 3, 1]
     assert [json.loads(x["Body"])["a"] for p in packed for x in json.loads(p)] == list(range(10))
     assert all(len(p) <= len(items[0]) * 3 + 4 for p in packed)
+
+
+def test_every_tls_connection_reuses_the_sinks_one_context(
+        hub: processes.Server, imds_server: processes.Server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an idle close the next send opens a new connection; it must not make a new TLS context each
+    time (a CA store and the CA read from disk per heartbeat: the forwarder soak's RSS grew with them)."""
+    import subprocess
+
+    from bench.tlsrelay import TlsRelay, make_certificate
+    from forwarder.sinks import eventhub_rest
+
+    cert, key = make_certificate(tmp_path)
+    digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True,
+                            text=True, check=True, timeout=30).stdout.strip()
+    cadir = tmp_path / "ca"
+    cadir.mkdir()
+    (cadir / f"{digest}.0").write_bytes(cert.read_bytes())  # the VM's hashed CA directory, as in Azure
+    monkeypatch.setenv("SSL_CERT_DIR", str(cadir))
+    made: List[Any] = []
+    original = eventhub_rest.tls_context
+
+    def counted() -> Any:
+        made.append(original())
+        return made[-1]
+
+    monkeypatch.setattr(eventhub_rest, "tls_context", counted)
+    relay = TlsRelay(cert, key, hub.ports["rest"])
+    try:
+        settings = EventHubSettings(namespace=f"{processes.LOOPBACK}:{relay.port}", eventhub_name=HUB,
+                                    use_tls=True, send_timeout=5.0)
+        sink = EventHubRestSink(settings, ManagedIdentityCredential("", RateLimiter(),
+                                                                    authority=imds_url(imds_server)))
+        for n in range(3):
+            sink.send([envelope("vm-tls", n)])
+            sink.release()  # the idle close: the next send connects again
+        sink.close()
+    finally:
+        relay.stop()
+    assert len(read_all(hub, 3)) == 3 and len(relay._threads) == 3  # three TLS connections
+    assert len(made) == 1 and made[0] is not None  # one context, over the hashed CA directory

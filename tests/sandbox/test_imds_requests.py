@@ -133,8 +133,22 @@ def test_token_endpoint_answers_a_fake_token(sim: ImdsSimulator) -> None:
     assert token["token_type"] == "Bearer" and token["access_token"]
     assert token["resource"] == "https://eventhubs.azure.net"
     assert int(token["expires_on"]) > int(token["not_before"])
+    assert token["expires_in"] == "86399"  # as Entra ID's managed-identity tokens, unless --token-lifetime
     no_resource = sim.metadata("GET", "/metadata/identity/oauth2/token", api_version="2018-02-01")
     assert no_resource.status_code == 400
+
+
+def test_token_lifetime_is_configurable_for_a_sped_up_soak(tmp_path: Path) -> None:
+    server = processes.start_imds(["--token-lifetime", "720"], log_dir=tmp_path)
+    try:
+        sim = ImdsSimulator(f"http://{processes.LOOPBACK}:{server.port}")
+        token = sim.metadata("GET", "/metadata/identity/oauth2/token", api_version="2018-02-01",
+                             params={"resource": "https://eventhubs.azure.net"}).json()
+        sim.close()
+    finally:
+        server.stop()
+    assert token["expires_in"] == token["ext_expires_in"] == "720"
+    assert int(token["expires_on"]) - int(token["not_before"]) == 720
 
 
 def test_rate_limit_429_over_five_requests_per_window_token_calls_included(tmp_path: Path) -> None:
