@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = ("tests/central", "tests/central_multi", "tests/forwarder", "tests/forwarder_approvals",
@@ -43,13 +43,19 @@ def command(shift: str, suites: Sequence[str], workers: int) -> List[str]:
             "-p", "no:cacheprovider", *spread, f"--timeout={TIMEOUT_PER_TEST}", *skip]
 
 
+def pitfalls_env(pythonpath: str = "") -> Dict[str, str]:
+    """What a Python process under libfaketime needs on this machine (the module docstring): the monotonic
+    clock left alone, and time.sleep through select() (tools/faketime_site ahead of `pythonpath`)."""
+    site = str(REPO / "tools" / "faketime_site")
+    return {"FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (site, pythonpath) if p)}
+
+
 def run(shifts: Sequence[str], suites: Sequence[str], log_dir: Path,
         workers: int) -> List[Tuple[str, int, float, str]]:
     """One pytest per shift, one after the other; (shift, exit code, seconds, last lines) each."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    site = str(REPO / "tools" / "faketime_site")
-    path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
+    env = {**os.environ, **pitfalls_env(os.environ.get("PYTHONPATH", ""))}
     results = []
     for shift in shifts:
         log = log_dir / f"any-date{shift}.log"

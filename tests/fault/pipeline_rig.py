@@ -15,7 +15,6 @@ over (Completed), by the simulator's record.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +30,8 @@ from sandbox import processes
 from sandbox.demo.fleet import HUB, TABLE_PREFIX, Fleet, FleetSettings, VmSpec
 from sandbox.demo.scenario import posted_ids
 from sandbox.fault_proxy import StorageProxy, TcpGate
-from tests.forwarder.helpers import backlog
+from tests.forwarder.helpers import backlog, wait_until
+from tools.any_date import pitfalls_env
 
 # The full form of each fault (`make fault`): it outlasts pytest-timeout's default of 300 s.
 FULL_FORM = pytest.param("full", marks=[pytest.mark.slow, pytest.mark.timeout(1200)])
@@ -131,8 +131,8 @@ class Rig:
         eid = str(self.imds.add_event(eventType="Freeze", eventSource="Platform", resources=[vm],
                                       noticeSeconds=NOTICE_SECONDS, durationInSeconds=30)["eventId"])
         self.held.append(eid)
-        wait(lambda: self.event_rows().get(eid, {}).get("State") not in (None, "new"), 90,
-             "central to decide the held Freeze")
+        wait_until(lambda: self.event_rows().get(eid, {}).get("State") not in (None, "new"), 90, 0.5,
+                   "central to decide the held Freeze")
         return eid
 
     def reboot_all(self) -> Round:
@@ -146,8 +146,8 @@ class Rig:
 
     def finish(self, rnd: Round, timeout: float) -> float:
         """Wait (bounded) for every event of `rnd` approved and over; the seconds since the fault ended."""
-        wait(lambda: all(self.imds.event(e)["state"] == "Completed" for e in rnd.events), timeout,
-             "every event of the round approved and Completed")
+        wait_until(lambda: all(self.imds.event(e)["state"] == "Completed" for e in rnd.events), timeout, 0.5,
+                   "every event of the round approved and Completed")
         # the POSTs' real times (the simulator's own event times run TIME_SCALE times faster)
         posts = self.post_times()
         last = max(posts[e][0] for e in rnd.events)
@@ -213,8 +213,7 @@ def clock_ahead(seconds: int) -> Dict[str, str]:
     pitfalls handled (tools/any_date.py): the monotonic clock left alone, and time.sleep through select()."""
     if not LIBFAKETIME.exists():
         raise RuntimeError(f"{LIBFAKETIME} is missing: apt-get install faketime (.ci/run installs it)")
-    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"+{seconds}", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "PYTHONPATH": str(processes.REPO / "tools" / "faketime_site")}
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"+{seconds}", **pitfalls_env()}
 
 
 def budget_overlaps(imds: Any, specs: List[VmSpec], events: List[str]) -> List[str]:
@@ -238,14 +237,3 @@ def budget_overlaps(imds: Any, specs: List[VmSpec], events: List[str]) -> List[s
 
 def parse(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def wait(predicate: Any, timeout: float, what: str, step: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(step)

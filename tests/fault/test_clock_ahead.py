@@ -20,8 +20,9 @@ from typing import Any, Dict
 import pytest
 
 from central.store.tables import get_json
+from tests.forwarder.helpers import wait_until
 
-from .pipeline_rig import FULL_FORM, POLICY, Rig, clock_ahead, wait
+from .pipeline_rig import FULL_FORM, POLICY, Rig, clock_ahead
 
 AHEAD = 300  # seconds the first runner's clock is ahead
 SKEWED = "functions"  # the first instance: the first to ask for the reevaluate timer's lease
@@ -53,7 +54,8 @@ def test_one_runner_five_minutes_ahead(form: str, tmp_path: Path) -> None:
             time.sleep(OBSERVE)
         else:
             rnd.fault_ended = opens.timestamp()
-            wait(lambda: time.time() > opens.timestamp() + 1, 300, "the window to open by the true clock")
+            wait_until(lambda: time.time() > opens.timestamp() + 1, 300, 0.5,
+                       "the window to open by the true clock")
             rig.finish(rnd, 240)
         posts = rig.post_times()
         early = {e: t for e, ts in posts.items() for t in ts if e in rnd.events and t < opens.timestamp()}

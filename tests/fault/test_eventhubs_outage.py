@@ -19,9 +19,10 @@ from typing import Dict, List
 import pytest
 
 from sandbox import processes
+from tests.forwarder.helpers import wait_until
 from tests.forwarder_eventhubs.helpers import Consumer, Received
 
-from .pipeline_rig import FULL_FORM, HUB, Rig, wait
+from .pipeline_rig import FULL_FORM, HUB, Rig
 
 FORMS = {"short": 5.0, "full": 300.0}  # seconds the hub is unreachable
 RECOVERY_BOUND = 180.0  # generous: the Event Hubs clients back off while the hub is away
@@ -74,7 +75,7 @@ def test_eventhubs_unreachable_then_drained_in_order(form: str, tmp_path: Path) 
         rnd.fault_ended = time.time()
         refused = rig.gate.refused
         recovered = rig.finish(rnd, RECOVERY_BOUND)
-        wait(lambda: not any(rig.backlogs().values()), 60, "every outbox drained")
+        wait_until(lambda: not any(rig.backlogs().values()), 60, 0.5, "every outbox drained")
         summary = rig.check()
         time.sleep(3)  # a late duplicate alert would arrive now (the timer runs every 2 s)
         alerts = rig.alert_keys()
@@ -88,7 +89,7 @@ def test_eventhubs_unreachable_then_drained_in_order(form: str, tmp_path: Path) 
             return len({r.vm_id for r in consumer.items() if r.envelope["time"] >= since}) == vm_count
 
         try:
-            wait(caught_up, 90, "the hub read back up to now", step=1.0)
+            wait_until(caught_up, 90, 1.0, "the hub read back up to now")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; consumer errors: {consumer.errors[:3]}") from None
         order = out_of_order(consumer.items())

@@ -21,7 +21,9 @@ from typing import List
 
 import pytest
 
-from .pipeline_rig import FULL_FORM, Rig, wait
+from tests.forwarder.helpers import wait_until
+
+from .pipeline_rig import FULL_FORM, Rig
 
 FORMS = {"short": {"vms": 4, "kills": 1}, "full": {"vms": 8, "kills": 2}}
 RESTART_AFTER = 3.0  # seconds the two stay dead
@@ -51,8 +53,8 @@ def test_two_of_three_runners_killed_at_once_during_a_wave(form: str, tmp_path: 
         last_kill = 0.0
         for k in range(size["kills"]):
             # once the wave has had k + 1 approvals: the first kill early in it, the second further on
-            wait(lambda k=k: sum(e in rig.post_times() for e in rnd.events) >= k + 1, 120,
-                 f"approval {k + 1} of the wave")
+            wait_until(lambda k=k: sum(e in rig.post_times() for e in rnd.events) >= k + 1, 120, 0.5,
+                       f"approval {k + 1} of the wave")
             pair = [runners[(k + i) % 3] for i in range(2)]
             kill_together(rig, pair)
             last_kill = time.time()
