@@ -43,7 +43,7 @@ MIN_REFRESH_SECONDS = 60.0
 EXPIRY_MARGIN_SECONDS = 120.0     # stop signing with a document this close to its expiry
 LIFETIME_IF_UNREADABLE = 3600.0   # when the document's expiresOn cannot be read on the VM
 # "04/19/22 07:27:21 -0000" (month/day/2-digit year): read with a pattern, not strptime, whose module
-# (_strptime: calendar, locale, its regex cache) would stay loaded for good (+1.3 MiB idle, issue 49).
+# (_strptime: calendar, locale, its regex cache) would stay loaded for good (about +0.6 MiB idle, issue 49).
 _EXPIRES_ON = re.compile(rb'"expiresOn"\s*:\s*"(\d\d)/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)"')
 _SUBSCRIPTION = re.compile(rb'"subscriptionId"\s*:\s*"([^"]{0,64})"')
 
@@ -144,7 +144,7 @@ class Attestor:
         log.info("attested key in use", extra=logs.fields(kid=key.kid, expiresAt=key.expires_at))
 
     def _attest(self, now: float) -> _Key:
-        # libsodium through PyNaCl's binding, not cryptography: +0.7 MiB of RSS in the running forwarder
+        # libsodium through PyNaCl's binding, not cryptography: +0.7 MiB of RSS imported alone
         # (forwarder/ed25519.py), cryptography's Ed25519 its whole Rust/OpenSSL binding (+6.5 MiB;
         # docs/forwarder.md, "Footprint"). The same Ed25519 (RFC 8032): central verifies with cryptography.
         from .ed25519 import SigningKey
