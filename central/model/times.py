@@ -9,14 +9,30 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Optional
+from typing import Callable, Optional
 
 TABLES_MIN = datetime(1601, 1, 2, tzinfo=timezone.utc)  # a day of margin at both ends
 TABLES_MAX = datetime(9999, 12, 30, tzinfo=timezone.utc)
 
 
-def utcnow() -> datetime:
+def host_now() -> datetime:
+    """This host's own clock."""
     return datetime.now(timezone.utc)
+
+
+_clock: Callable[[], datetime] = host_now
+
+
+def use_clock(clock: Optional[Callable[[], datetime]]) -> None:
+    """Where central's "now" comes from in this process: CentralService.from_settings installs Storage's
+    clock (central.store.server_clock), which is this host's until the two disagree; None: the host's."""
+    global _clock
+    _clock = clock or host_now
+
+
+def utcnow() -> datetime:
+    """Central's now: every decision, lease and record time that no caller gave explicitly."""
+    return _clock()
 
 
 def aware(moment: Optional[datetime]) -> datetime:

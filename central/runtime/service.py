@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from central.intake.authz import NAME_RELEASE
 from central.intake.plan import heartbeat_log_every
 from central.intake.sender import SenderAuth
+from central.model import times
 from central.model.alert import ALERT_LEASE, Alert
 from central.model.times import aware
 from central.policy import document as policy_mod
@@ -65,7 +66,7 @@ class CentralService:
         clock: Optional[ServerClock] = None,
     ) -> None:
         self.settings = settings
-        self.clock = clock  # Storage's clock when this instance's own has drifted (None: the local clock)
+        self.clock = clock  # Storage's clock, installed as central's (central.model.times) by from_settings
         self.store = store
         self.transport = transport
         self.sender_auth = sender_auth or SenderAuth(None)
@@ -128,7 +129,8 @@ class CentralService:
         except ValueError as exc:  # authn.TrustConfigError
             raise SettingsError(f"sender authentication (AUTHN_*): {exc}") from None
         transport = CountingTransport() if count_requests else None
-        clock = ServerClock()
+        clock = ServerClock()  # this host's clock until Storage's Date headers disagree with it
+        times.use_clock(clock.now)  # central's "now" everywhere it is not given one (one service per worker)
         tables, queues = storage_clients(settings, transport=transport, clock=clock)
         alerter = WebhookAlerter(
             url=typed.webhook_url,
@@ -159,10 +161,6 @@ class CentralService:
         """The sender gate for a kept envelope's re-verification (not counted as live traffic)."""
         return self.sender_auth.check(vm_id, body, properties, received, subscriptions, count=False)
 
-    def _at(self, now: Optional[datetime]) -> datetime:
-        """`now` when the caller gives one; else this instance's clock, or Storage's when they disagree."""
-        return aware(now) if now is not None else self.clock.now() if self.clock else aware(None)
-
     # ---- the public operations -------------------------------------------------------------------
     def handle_batch(
         self,
@@ -176,7 +174,7 @@ class CentralService:
         `properties`: each event's application properties (the sender's authentication).
         Raises StoreError only when Table storage cannot be written (the batch may be retried whole)."""
         with self._lock:
-            now = self._at(now)
+            now = aware(now)
             result = BatchResult(received=len(bodies))
             items: List[Item] = []
             keys: List[str] = []  # remembered only once the batch is committed: a retried batch is whole
@@ -211,7 +209,7 @@ class CentralService:
         """Process one batch from the platform hub (Event Grid's ScheduledEventEmitted events, issue 23):
         the platform's witness, recorded on the same event records. Never raises for bad input."""
         with self._lock:
-            now = self._at(now)
+            now = aware(now)
             result = BatchResult(received=len(bodies))
             received = [_received(enqueued_times, i, now) for i in range(len(bodies))]
             return self._run(now, result, lambda: self.platform.apply(bodies, received, now, result))
@@ -220,13 +218,13 @@ class CentralService:
                hook: bool = False, via: str = "queue") -> Dict[str, Any]:
         """An operator's approve, hold or release (central.runtime.operator_desk), binding on every instance
         once this returns. `via` "arm": approve through ARM rather than a VM's forwarder."""
-        return self.desk.decide(event_id, action, operator, reason, self._at(now), hook, via)
+        return self.desk.decide(event_id, action, operator, reason, now, hook, via)
 
     def reevaluate(self, now: Optional[datetime] = None) -> List[Decision]:
         """Timer: windows opening, budgets freeing, silent leaders (failover), NotBefore passing, approvals
         committed but never sent, alerts owed and due. Linear in active events."""
         with self._lock:
-            now = self._at(now)
+            now = aware(now)
             result = BatchResult()
 
             def before() -> None:
@@ -250,7 +248,7 @@ class CentralService:
         if not self.sender_auth.enabled:
             raise InvalidRequest("sender authentication is off (AUTHN_MODE=off): nothing is re-verified")
         with self._lock:
-            now = self._at(now)
+            now = aware(now)
             result = BatchResult()
             self._run(now, result, lambda: self.reverifier.run(now, result))
             return {"at": now.isoformat(), "outcomes": dict(self.reverifier.last),
@@ -261,7 +259,7 @@ class CentralService:
         if not self.sender_auth.enabled:
             return {"count": 0, "oldest": None, "issuers": []}
         try:
-            return self.reverifier.summary(self._at(now))
+            return self.reverifier.summary(aware(now))
         except StoreError as exc:
             return {"error": str(exc)[:300]}
 
@@ -271,19 +269,19 @@ class CentralService:
 
     def event(self, event_id: str, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            return views.event(self.state, event_id, self._at(now))
+            return views.event(self.state, event_id, aware(now))
 
     def fleet(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            out = views.fleet(self.state, self.policy, self.settings, self._at(now))
+            out = views.fleet(self.state, self.policy, self.settings, aware(now))
             out["heldForTrust"] = self.held_for_trust(now)
         # Resource Graph (cached) outside the lock: a slow read never holds up ingest
-        out["coverage"] = coverage_section(self.coverage, out, self._at(now))
+        out["coverage"] = coverage_section(self.coverage, out, aware(now))
         return out
 
     def health(self, now: Optional[datetime] = None) -> Dict[str, Any]:
         with self._lock:
-            now = self._at(now)
+            now = aware(now)
             return views.health(
                 self.state, self.policy, self.policy_error is None, self.settings, now, self.counters,
                 self.store.staged_count, self.transport.requests if self.transport else None,
@@ -334,6 +332,7 @@ class CentralService:
             self._store_failed(exc, "flush", result)
             raise
         for problem in self.store.take_rejected():
+            at = aware(None)
             self.counters["rowsSetAside"] += 1
             metrics.store_error("row-set-aside")
             result.errors.append(problem)
@@ -344,8 +343,8 @@ class CentralService:
                     "warning",
                     "Central set aside a log row the store refuses",
                     problem,
-                    self._at(None),
-                    next_try=self._at(None) + ALERT_LEASE,
+                    at,
+                    next_try=at + ALERT_LEASE,
                 ),
                 result,
             )

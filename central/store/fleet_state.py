@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from central.model.alert import Alert
 from central.model.events import EventRecord, spellings
+from central.model.times import utcnow
 from central.model.vms import VmState
 from central.store import state_rows as rows
 
@@ -206,7 +207,7 @@ class FleetState(EventReads, VmReads):
     def _create_head(self) -> None:
         """Insert the head row (seq 0); another instance inserting it first is as good: read its ETag."""
         try:
-            head = rows.head_entity(0, datetime.now(timezone.utc))
+            head = rows.head_entity(0, utcnow())
             head_log.write(head, "")
             head_log.write(head, "", head_log.VMS_COLUMN)
             etags = self.store.transact(TABLE, [Op("insert", head)])

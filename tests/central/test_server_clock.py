@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 import pytest
 
+from central.model import times
 from central.runtime.settings import storage_clients
-from central.store.server_clock import LEAST, TOLERANCE, ServerClock, correction, offset_of
+from central.store.server_clock import LEAST, RELEASE, TOLERANCE, ServerClock, correction, offset_of
 from sandbox import processes
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -36,6 +37,44 @@ def test_a_correction_needs_a_few_offsets_beyond_the_tolerance() -> None:
     assert correction([0.3, -300.0, 0.2, 0.4, -300.0]) == 0.0  # odd responses in a minority move nothing
 
 
+def test_a_correction_ends_only_well_within_the_tolerance() -> None:
+    assert correction([-1.5] * 5) == 0.0  # not started: within TOLERANCE
+    assert correction([-1.5] * 5, correcting=True) == -1.5  # started: kept until within RELEASE
+    assert correction([-(RELEASE - 0.1)] * 5, correcting=True) == 0.0
+
+
+def test_a_clock_near_the_threshold_neither_flaps_nor_goes_back(caplog: pytest.LogCaptureFixture) -> None:
+    """A host 2.2 s ahead: whole-second Date headers put each offset 0.5 s either side, so the median
+    crosses TOLERANCE back and forth; one warning, and now() never decreases."""
+    import random
+
+    rng = random.Random(5)  # noqa: S311 - reproducible jitter
+    local = [T0]
+    clock = ServerClock(lambda: local[0])
+    seen = []
+    with caplog.at_level("WARNING", logger="central.store.server_clock"):
+        for _ in range(2000):
+            local[0] += timedelta(seconds=rng.uniform(0.01, 0.9))
+            server = local[0] - timedelta(seconds=2.2)
+            stamp = server.replace(microsecond=0).strftime("%a, %d %b %Y %H:%M:%S GMT")
+            clock.observe(response(stamp))
+            seen.append(clock.now())
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "off Storage's" in lines[0], lines
+    assert all(b >= a for a, b in zip(seen, seen[1:])), "now() went back"
+    assert abs((seen[-1] - (local[0] - timedelta(seconds=2.2))).total_seconds()) < 1.5
+
+
+def test_the_installed_clock_is_centrals_now() -> None:
+    clock = ServerClock(lambda: T0)
+    times.use_clock(clock.now)
+    try:
+        assert times.utcnow() == T0 and times.aware(None) == T0
+    finally:
+        times.use_clock(None)
+    assert abs((times.utcnow() - datetime.now(timezone.utc)).total_seconds()) < 5
+
+
 def test_the_clock_follows_storage_once_they_disagree_and_lets_go_when_they_agree_again() -> None:
     local = [T0 + timedelta(minutes=5)]  # this instance is 5 minutes ahead
     clock = ServerClock(lambda: local[0])
@@ -48,7 +87,8 @@ def test_the_clock_follows_storage_once_they_disagree_and_lets_go_when_they_agre
     local[0] = T0  # the clock is fixed (NTP caught up)
     for _ in range(9):
         clock.observe(response("Sun, 01 Mar 2026 12:00:00 GMT"))
-    assert clock.now() == T0 and clock.skew_seconds == 0.0
+    assert clock.skew_seconds == 0.0
+    assert T0 <= clock.now() <= T0 + timedelta(seconds=0.5)  # held at the last corrected time, never back
 
 
 def test_real_azurite_responses_through_the_sdk_clients_correct_a_clock_five_minutes_ahead(
