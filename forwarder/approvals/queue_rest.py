@@ -149,9 +149,9 @@ class QueueRestClient:
         with self._lock:  # one exchange at a time on the kept-alive connection
             if self._conn is None:
                 if self._context is None:
-                    from ..sinks.tls_trust import tls_context
+                    from ..sinks.tls_trust import client_context
 
-                    self._context = tls_context() or ssl.create_default_context()
+                    self._context = client_context()
                 self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=TIMEOUT,
                                                           context=self._context)
             conn, reused = self._conn, self.requests > 0

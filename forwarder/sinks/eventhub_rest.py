@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import ssl
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
@@ -38,7 +37,7 @@ from ..imds_http import Answer
 from .base import SinkError
 from .eventhub import EventHubSettings, _runs_by_partition_key, claimed_subscription
 from .oversize import body_bytes, oversize_note
-from .tls_trust import tls_context
+from .tls_trust import client_context
 
 log = logs.get("sink.eventhub")
 
@@ -89,7 +88,6 @@ class EventHubRestSink:
         # one TLS context for every connection: the sink opens one per send after an idle close (a heartbeat
         # a minute), and a context made each time (a CA store, the CA read from disk) grew the RSS by
         # ~0.2 MiB a simulated day in the soak (docs/soak.md)
-        self._tls: Optional[ssl.SSLContext] = None
         self._lock = threading.Lock()
         self.oversize_replaced = 0
         self.requests = 0
@@ -179,10 +177,8 @@ class EventHubRestSink:
         if self._conn is None:
             s = self.settings
             if s.use_tls:
-                if self._tls is None:
-                    self._tls = tls_context() or ssl.create_default_context()
                 self._conn = http.client.HTTPSConnection(s.namespace, timeout=s.send_timeout,
-                                                         context=self._tls)
+                                                         context=client_context())
             else:  # the sandbox's REST endpoint on loopback (tests); never a production setting
                 self._conn = http.client.HTTPConnection(s.namespace, timeout=s.send_timeout)
         return self._conn

@@ -4,6 +4,7 @@ loads certifi's whole bundle (~140 certificates, +1.5 MB of RSS) into every conn
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import ssl
@@ -31,3 +32,15 @@ def tls_context() -> Optional[ssl.SSLContext]:
     context = ssl.create_default_context(capath=capath)  # verifies the peer and its host name
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+def client_context() -> ssl.SSLContext:
+    """The process's one verifying client context for the REST clients (Event Hubs, the approval queue):
+    tls_context() over the hashed CA directory, else Python's default trust. Made once per CA directory:
+    a context per connection re-read the CA store at every reconnect (each heartbeat after an idle close)."""
+    return _made_for(hashed_ca_dir())
+
+
+@functools.lru_cache(maxsize=4)
+def _made_for(capath: Optional[str]) -> ssl.SSLContext:
+    return tls_context() or ssl.create_default_context()

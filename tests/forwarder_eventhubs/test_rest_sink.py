@@ -208,15 +208,15 @@ def test_requests_for_packs_in_order_under_the_limit() -> None:
     assert all(len(p) <= len(items[0]) * 3 + 4 for p in packed)
 
 
-def test_every_tls_connection_reuses_the_sinks_one_context(
+def test_every_tls_connection_reuses_the_processs_one_context(
         hub: processes.Server, imds_server: processes.Server, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """After an idle close the next send opens a new connection; it must not make a new TLS context each
-    time (a CA store and the CA read from disk per heartbeat: the forwarder soak's RSS grew with them)."""
+    time (a CA store and the CA read from disk per heartbeat). The approval queue shares that context."""
     import subprocess
 
     from bench.tlsrelay import TlsRelay, make_certificate
-    from forwarder.sinks import eventhub_rest
+    from forwarder.sinks import tls_trust
 
     cert, key = make_certificate(tmp_path)
     digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True,
@@ -226,13 +226,14 @@ def test_every_tls_connection_reuses_the_sinks_one_context(
     (cadir / f"{digest}.0").write_bytes(cert.read_bytes())  # the VM's hashed CA directory, as in Azure
     monkeypatch.setenv("SSL_CERT_DIR", str(cadir))
     made: List[Any] = []
-    original = eventhub_rest.tls_context
+    original = tls_trust.tls_context
 
     def counted() -> Any:
         made.append(original())
         return made[-1]
 
-    monkeypatch.setattr(eventhub_rest, "tls_context", counted)
+    monkeypatch.setattr(tls_trust, "tls_context", counted)
+    tls_trust._made_for.cache_clear()  # this test's CA directory: a context of its own
     relay = TlsRelay(cert, key, hub.ports["rest"])
     try:
         settings = EventHubSettings(namespace=f"{processes.LOOPBACK}:{relay.port}", eventhub_name=HUB,
