@@ -73,9 +73,21 @@ def _runner(i: int, key: str) -> Value:
     return lambda s: s["runners"][i].get(key) if i < len(s["runners"]) else None
 
 
-def _probe(key: str) -> Value:
-    """Summed over the runners (each has its own caches)."""
-    return lambda s: sum((r.get("probe") or {}).get(key) or 0 for r in s["runners"])
+def _probe(key: str, runner: Optional[int] = None) -> Value:
+    """One runner's cache size (each has its own caches, and partitions move between them), or the sum
+    over the runners (`runner` None, the summary table's column); None where no probe reported it."""
+    def value(s: Sample) -> Optional[float]:
+        runners = s["runners"] if runner is None else s["runners"][runner:runner + 1]
+        found = [(r.get("probe") or {}).get(key) for r in runners]
+        numbers = [v for v in found if isinstance(v, (int, float))]
+        return sum(numbers) if numbers else None
+    return value
+
+
+def probe_errors(samples: List[Sample]) -> List[str]:
+    """What the runners' probes could not read (bench/soak_probe.py records the error, never stops)."""
+    return sorted({str((r.get("probe") or {})["error"]) for s in samples for r in s["runners"]
+                   if "error" in (r.get("probe") or {})})
 
 
 def _table(key: str) -> Value:
@@ -99,10 +111,11 @@ def series(samples: List[Sample]) -> Dict[str, Value]:
         for key in ("rss_mib", "threads", "fds"):
             out[f"runner{i}.{key}"] = _runner(i, key)
     probe_keys = sorted(
-        {k for s in samples for r in s["runners"] for k in (r.get("probe") or {}) if k != "t"}
+        {k for s in samples for r in s["runners"] for k in (r.get("probe") or {}) if k not in ("t", "error")}
     )
-    for key in probe_keys:
-        out[key] = _probe(key)
+    for i in range(count):
+        for key in probe_keys:
+            out[f"runner{i}.{key}"] = _probe(key, i)
     for key in sorted({k for s in samples for k in s["tables"]}):
         out[key] = _table(key)
     out["azurite_rss_mib"] = lambda s: s.get("azurite_rss_mib")
@@ -149,7 +162,7 @@ def report(path: Path, hour_seconds: float = 600.0) -> int:
         row = [str(h), str(done), fmt(proc_ms, "{:.3f}"), fmt(inv_ms, "{:.3f}")]
         row += [fmt(median_of(ss, _runner(i, "rss_mib"))) for i in range(runners)]
         row += [
-            fmt(median_of(ss, judged.get(k) or (lambda s: None)), "{:.0f}")
+            fmt(median_of(ss, judged.get(k) or _probe(k)), "{:.0f}")
             for k in ("seen_ids", "state_ended", "state_active", "Incarnations", "head_log_chars")
         ]
         rows.append(row)
@@ -185,6 +198,10 @@ def report(path: Path, hour_seconds: float = 600.0) -> int:
         "",
     ]
     lines += growth_lines or ["- nothing"]
+    errors = probe_errors(samples)
+    if errors:
+        lines += ["", "## The runners' probe failed (those samples lack the cache sizes)", "",
+                  *(f"- {e}" for e in errors)]
     lines += ["", "## Flat (first hour after warm-up -> last)", "", ", ".join(flat), ""]
     text = "\n".join(lines)
     print(text)

@@ -123,6 +123,19 @@ def unit_env(unit: Path = UNIT) -> Dict[str, str]:
     return env
 
 
+def production_args(namespace: str, queue_port: int) -> List[str]:
+    """A production forwarder's sink and queue: Event Hubs' REST send and the approval queue, both over
+    HTTPS with the managed identity (the footprint and soak benches' one definition of it)."""
+    return ["--sink", "eventhub", "--eventhub-namespace", namespace, "--eventhub-name", HUB,
+            "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
+
+
+def production_env(identity_url: str) -> Dict[str, str]:
+    """A production forwarder's environment: the unit's, and the managed-identity endpoint (the IMDS
+    simulator's token endpoint for this VM)."""
+    return {**unit_env(), "AZURE_POD_IDENTITY_AUTHORITY_HOST": identity_url}
+
+
 def trust_env(cert: Path, work: Path) -> Dict[str, str]:
     """The environment that makes the agents (only) trust the run's certificate."""
     digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True,
@@ -137,28 +150,24 @@ def agents(python: Path, reference_python: Path, imds_port: int, queue_port: int
     def url(vm: str) -> str:
         return f"http://{processes.LOOPBACK}:{imds_port}/vms/{vm}"
 
-    def forwarder(label: str, vm: str, extra: Sequence[str], env: Optional[Dict[str, str]] = None) -> Agent:
-        """`env`: a production forwarder's (its identity endpoint), which also gets the unit's."""
+    def forwarder(label: str, vm: str, extra: Sequence[str], production: bool = True) -> Agent:
         state = work / vm
-        env = {**unit_env(), **env} if env else None
+        env = production_env(url(vm)) if production else {}
         argv = [str(python), "-m", "forwarder", "run", "--config", str(work / "empty.json"),
                 "--imds-url", url(vm), "--state-dir", str(state), "--poll-interval", "1",
                 "--log-level", "warning", *extra]
-        return Agent(label, vm, argv, env or {}, state=state)
+        return Agent(label, vm, argv, env, state=state)
 
-    production = ["--sink", "eventhub", "--eventhub-namespace", HUB_HOST, "--eventhub-name", HUB,
-                  "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
+    production = production_args(HUB_HOST, queue_port)
     return [
-        forwarder("forwarder, file sink", "vm0", ["--sink", "file", "--sink-file", str(work / "vm0.jsonl")]),
+        forwarder("forwarder, file sink", "vm0", ["--sink", "file", "--sink-file", str(work / "vm0.jsonl")],
+                  production=False),
         # the default since issue 22: the Event Hubs sink signs every envelope (authenticate on)
-        forwarder("forwarder, production", "vm1", production,
-                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm1")}),
-        forwarder("forwarder, production --no-authenticate", "vm2", [*production, "--no-authenticate"],
-                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm2")}),
+        forwarder("forwarder, production", "vm1", production),
+        forwarder("forwarder, production --no-authenticate", "vm2", [*production, "--no-authenticate"]),
         # what releasing the idle connection (eventhub_idle_close, 20 s by default) costs the VM
         forwarder("forwarder, production --eventhub-idle-close 0", "vm5",
-                  [*production, "--eventhub-idle-close", "0"],
-                  {"AZURE_POD_IDENTITY_AUTHORITY_HOST": url("vm5")}),
+                  [*production, "--eventhub-idle-close", "0"]),
         Agent(REFERENCE, "vm3", [str(reference_python), "-m", "bench.reference_poller", "--url", url("vm3"),
                                  "--state", str(work / "vm3"), "--http", "requests"]),
         Agent("reference poller (http.client)", "vm4", [str(python), "-m", "bench.reference_poller", "--url",

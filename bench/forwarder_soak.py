@@ -58,7 +58,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional
 
-from bench.forwarder_footprint import HUB, HUB_PORT, cpu_seconds, rss_bytes, trust_env, vm_python
+from bench.forwarder_footprint import (
+    HUB,
+    HUB_PORT,
+    cpu_seconds,
+    production_args,
+    production_env,
+    rss_bytes,
+    trust_env,
+    unit_env,
+    vm_python,
+)
 from bench.soak_report import RESULTS, SampleLog
 from bench.tlsrelay import TlsRelay, make_certificate
 from sandbox import processes
@@ -189,8 +199,7 @@ def forwarder_argv(python: Path, args: argparse.Namespace, imds_port: int, queue
             "--state-dir", str(work / "state"), "--poll-interval", "0.25", "--log-level", args.log_level,
             "--heartbeat-interval", f"{60.0 / s:.6f}", "--eventhub-idle-close", f"{20.0 / s:.6f}",
             "--approval-fast-interval", f"{max(0.25, 2.0 / s):.6f}", "--hook-dir", str(work / "hooks"),
-            "--sink", "eventhub", "--eventhub-namespace", namespace, "--eventhub-name", HUB,
-            "--queue-service-uri", f"https://{processes.LOOPBACK}:{queue_port}/devstoreaccount1"]
+            *production_args(namespace, queue_port)]
 
 
 def install_hook(work: Path) -> Path:
@@ -245,15 +254,16 @@ def soak(args: argparse.Namespace, work: Path, python: Path, servers: List[proce
     hook_runs = install_hook(work)
     log = RotatingLog(work / "forwarder.log", args.log_max_bytes)
     samples = SampleLog(args.out)
-    env["AZURE_POD_IDENTITY_AUTHORITY_HOST"] = f"http://{processes.LOOPBACK}:{imds.port}/vms/{VM['name']}"
-    proc = subprocess.Popen(forwarder_argv(python, args, imds.port, azurite.ports["queue"], work),
+    env.update(production_env(f"http://{processes.LOOPBACK}:{imds.port}/vms/{VM['name']}"))  # the unit's too
+    argv = forwarder_argv(python, args, imds.port, azurite.ports["queue"], work)
+    proc = subprocess.Popen(argv,
                             cwd=processes.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None
     threading.Thread(target=log.pump, args=(proc.stdout,), daemon=True, name="journald").start()
     plan = Plan(args)
     samples.add({"kind": "config", "argv": " ".join(args.argv), "speed": args.speed, "days": args.days,
                  "log_max_bytes": args.log_max_bytes, "token_lifetime": args.token_lifetime,
-                 "forwarder": forwarder_argv(python, args, imds.port, azurite.ports["queue"], work)[3:]})
+                 "forwarder": argv[3:], "environment": unit_env()})
     print(f"forwarder soak: {args.days} simulated days at {args.speed:g}x "
           f"(~{args.days * DAY / args.speed / 60:.0f} real min); forwarder PID {proc.pid}; "
           f"samples -> {args.out}; work {work}", flush=True)

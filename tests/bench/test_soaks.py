@@ -47,9 +47,10 @@ def test_the_forwarder_soak_plays_its_events_outage_and_rotation_and_samples_the
 def test_the_central_soak_samples_runner_caches_and_tables(tmp_path: Path) -> None:
     out = tmp_path / "central-soak.jsonl"
     # 60 VMs beating every 5 s on one runner for ~22 s, a wave of 6 VMs every 8 s (Scheduled, Started, gone)
-    central_soak.main(["--hours", "0.006", "--vms", "60", "--instances", "1", "--heartbeat-seconds", "5",
-                       "--hour-seconds", "8", "--first-wave", "2", "--wave", "0.1", "--sample-seconds", "4",
-                       "--out", str(out), "--work", str(tmp_path / "work")])
+    code = central_soak.main(["--hours", "0.006", "--vms", "60", "--instances", "1",
+                              "--heartbeat-seconds", "5", "--hour-seconds", "8", "--first-wave", "2",
+                              "--wave", "0.1", "--sample-seconds", "4",
+                              "--out", str(out), "--work", str(tmp_path / "work")])
     samples = load(out)
     last = samples[-1]
     runner = last["runners"][0]
@@ -58,5 +59,28 @@ def test_the_central_soak_samples_runner_caches_and_tables(tmp_path: Path) -> No
     assert runner["probe"]["seen_ids"] > 0 and runner["probe"]["cached_vms"] == 60
     assert last["tables"]["state_vms"] == 60
     assert last["tables"]["Incarnations"] >= 6 and last["tables"]["Decisions"] >= 6
+    assert last["tables"]["state_ended"] >= 6  # the waves' events went Scheduled, Started and gone
+    assert code == 0  # every growth the report saw has its retention named
     assert "## Grew after the first simulated hour" in out.with_suffix(".md").read_text()
     assert out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_a_probe_error_is_reported_not_summed(tmp_path: Path) -> None:
+    """A runner's probe that failed records {"error": ...}: the report names it, judges the other runner's
+    caches, and does not read the missing sizes as 0."""
+    import json
+
+    from bench.central_soak_report import report
+
+    def sample(t: float, probe: dict) -> dict:
+        return {"t": t, "hour": t / 600, "tables": {"state_vms": 2},
+                "runners": [{"rss_mib": 90.0, "threads": 10, "fds": 10, "ingested": int(t), "cpu_s": t / 100,
+                             "invocation_cpu_s": t / 200, "probe": probe}]}
+    path = tmp_path / "central-soak.jsonl"
+    rows = [sample(60.0 * i, {"t": 1, "seen_ids": 10 * i}) for i in range(1, 25)]
+    rows[-1]["runners"][0]["probe"] = {"t": 1, "error": "RuntimeError('probe broke')"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert report(path) == 0
+    text = path.with_suffix(".md").read_text()
+    assert "RuntimeError('probe broke')" in text
+    assert "`runner0.seen_ids`: " in text  # judged on the samples that have it
