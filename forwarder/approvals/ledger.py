@@ -138,14 +138,9 @@ class Ledger:
             return dict(entry) if entry else None
 
     def mark_event(self, event_id: str, state: str, message_id: Optional[str], decided_by: str) -> None:
-        """Durably record `state` for an event ("pending" BEFORE the POST, "approved" after it)."""
+        """Durably record `state` for an event ("approved" after the POST; "pending" is claim_event's)."""
         with self._locked():
-            self._data["events"][event_id] = {
-                "state": state,
-                "messageId": message_id,
-                "decidedBy": decided_by,
-                "t": time.time(),
-            }
+            self._data["events"][event_id] = _entry(state, message_id, decided_by)
             self._save()
 
     def claim_event(self, event_id: str, message_id: Optional[str],
@@ -158,9 +153,7 @@ class Ledger:
             entry = self._data["events"].get(event_id)
             if entry is not None:
                 return dict(entry)
-            self._data["events"][event_id] = {
-                "state": "pending", "messageId": message_id, "decidedBy": decided_by, "t": time.time(),
-            }
+            self._data["events"][event_id] = _entry("pending", message_id, decided_by)
             self._save()
             return None
 
@@ -192,3 +185,7 @@ class Ledger:
         with self._locked():
             self._data["fastpath"][event_id] = {"t": time.time()}
             self._save()
+
+
+def _entry(state: str, message_id: Optional[str], decided_by: str) -> Dict[str, Any]:
+    return {"state": state, "messageId": message_id, "decidedBy": decided_by, "t": time.time()}

@@ -320,3 +320,18 @@ def test_fast_path_and_central_approval_race_posts_once(slow_sim: ImdsSimulator,
         rig.queue.close()
         rig.outbox.close()
         rig.imds.close()
+
+
+def test_two_processes_ledgers_on_one_file_let_one_claim_an_event(tmp_path: Path) -> None:
+    """The daemon and `se-forwarder approve` each hold a Ledger on the same file: the first claim wins and
+    the second is given the winner's entry, whichever process reads the file first."""
+    from forwarder.approvals.ledger import Ledger
+
+    daemon, operator = Ledger(str(tmp_path)), Ledger(str(tmp_path))
+    assert daemon.event("E1") is None and operator.event("E1") is None  # both found it free
+    assert daemon.claim_event("E1", "m1", "central") is None
+    held = operator.claim_event("E1", None, "operator:olga")
+    assert held is not None and held["state"] == "pending" and held["decidedBy"] == "central"
+    assert Ledger(str(tmp_path)).event("E1")["decidedBy"] == "central"  # the file: the winner's claim
+    operator.forget_event("E1")  # the winner's POST failed: a new decision may claim it again
+    assert operator.claim_event("E1", None, "operator:olga") is None
