@@ -1,8 +1,9 @@
 """Loopback stand-ins that sit between a client and a real server and break the path on demand, for the
 fault suite and the benchmarks (real sockets both sides; started in the caller's process, on threads).
 
-- `HttpProxy`: an HTTP/1.1 reverse proxy to one port (e.g. one of Azurite's services). It counts requests
-  (method, first path segment after the account: a queue's or a table's name), and for a window answers
+- `HttpProxy`: an HTTP/1.1 reverse proxy to one port (e.g. one of Azurite's services). It logs requests
+  (method, first path segment after the account: a queue's or a table's name; the last LOG_LIMIT), and for
+  a window answers
   every request with a chosen status instead of forwarding it: 503 ServerBusy, 500 InternalError or 429 with
   a Retry-After header, in the body and `x-ms-error-code` Azure Storage answers with (XML for blob and queue,
   JSON for table), so the Azure SDKs' own retry policies see what they would see from Azure.
@@ -17,16 +18,17 @@ import json
 import socket
 import threading
 import time
-from collections import Counter
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseRequestHandler, ThreadingTCPServer
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from sandbox import processes
 
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te"}
 # Azure Storage's error codes for the statuses a fault answers with.
 ERROR_CODES = {503: "ServerBusy", 500: "InternalError", 429: "TooManyRequests"}
+LOG_LIMIT = 200_000  # requests a proxy remembers (snapshot()); the oldest are dropped
 
 
 class Window:
@@ -34,16 +36,12 @@ class Window:
 
     def __init__(self) -> None:
         self._until = 0.0
-        self.opened_at: Optional[float] = None
-        self.closes_at: Optional[float] = None
 
     def open(self, seconds: float) -> None:
-        self.opened_at = time.monotonic()
-        self._until = self.closes_at = self.opened_at + seconds
+        self._until = time.monotonic() + seconds
 
     def close(self) -> None:
         self._until = 0.0
-        self.closes_at = min(self.closes_at or time.monotonic(), time.monotonic())
 
     def active(self) -> bool:
         return time.monotonic() < self._until
@@ -61,6 +59,10 @@ def error_body(status: int, table: bool) -> Tuple[bytes, str]:
     return xml.encode(), "application/xml"
 
 
+class _ReusableTCPServer(ThreadingTCPServer):
+    allow_reuse_address = True  # on this class: setting it on ThreadingTCPServer changed every user's
+
+
 class _QuietServer(ThreadingHTTPServer):
     """A client that drops its keep-alive connection is no error worth a traceback on stderr."""
 
@@ -74,8 +76,7 @@ class HttpProxy:
     def __init__(self, target_port: int, table_service: bool = False) -> None:
         self.target_port = target_port
         self.table_service = table_service
-        self.counts: Counter = Counter()
-        self.log: List[Dict[str, Any]] = []
+        self.log: Deque[Dict[str, Any]] = deque(maxlen=LOG_LIMIT)  # bounded: a 5-minute fault at full tilt
         self.lock = threading.Lock()
         self.window = Window()
         self.status = 503
@@ -121,7 +122,6 @@ class HttpProxy:
                 with proxy.lock:
                     faulted = proxy.window.active()
                     status, retry_after = proxy.status, proxy.retry_after
-                    proxy.counts[(self.command, name)] += 1
                     proxy.faulted += faulted
                     proxy.log.append({"t": time.time(), "method": self.command, "queue": name,
                                       "path": self.path, "faulted": faulted})
@@ -207,8 +207,7 @@ class TcpGate:
             def handle(self) -> None:
                 gate._relay(self.request)
 
-        ThreadingTCPServer.allow_reuse_address = True
-        self.server = ThreadingTCPServer((processes.LOOPBACK, 0), Relay)
+        self.server = _ReusableTCPServer((processes.LOOPBACK, 0), Relay)
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, name="tcp-gate", daemon=True)
@@ -243,7 +242,8 @@ class TcpGate:
 
     def _relay(self, client: socket.socket) -> None:
         if self.window.active():
-            self.refused += 1
+            with self.lock:
+                self.refused += 1
             return  # the handler's return closes the accepted socket
         try:
             upstream = socket.create_connection((processes.LOOPBACK, self.target_port), timeout=10)

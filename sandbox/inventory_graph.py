@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
-from sandbox.imds.arm import _token_problem
+from sandbox.imds.arm import arm_token_problem
 from sandbox.imds.resource_graph import PATH, VERSIONS, page
 
 TABLES = ("resources", "computeresources", "authorizationresources")
@@ -134,7 +134,7 @@ def handler(world: World) -> type:
             if url.path.rstrip("/").lower() != PATH:
                 self._send(*_error(404, "NotFound", f"no Resource Graph route POST {url.path}"))
                 return
-            problem = _token_problem(self.headers.get("Authorization") or "")
+            problem = arm_token_problem(self.headers.get("Authorization") or "")
             if problem:
                 self._send(*_error(401, "AuthenticationFailed", problem))
                 return

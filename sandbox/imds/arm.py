@@ -68,7 +68,7 @@ class ArmStandIn:
         m = _PATH.match(path)
         if m is None or method != "POST":
             return arm_error(404, "NotFound", f"no ARM route {method} {path}")
-        problem = _token_problem(headers.get("Authorization") or "")
+        problem = arm_token_problem(headers.get("Authorization") or "")
         if problem:
             return arm_error(401, "AuthenticationFailed", problem,
                              {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/"'})
@@ -133,5 +133,5 @@ class ArmStandIn:
         return True  # availability sets: the simulator keeps no membership; any VM it names
 
 
-def _token_problem(header: str) -> str:
+def arm_token_problem(header: str) -> str:
     return bearer_problem(header, AUDIENCES, "ARM")

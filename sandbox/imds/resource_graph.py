@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .arm import _token_problem, arm_error
+from .arm import arm_error, arm_token_problem
 from .events import SimEvent
 from .fabric import Fabric
 from .identity import DEFAULT_SUBSCRIPTION, Identity
@@ -63,7 +63,7 @@ class ResourceGraphStandIn:
     def handle(self, method: str, path: str, query: Mapping[str, str], headers: Any, body: bytes) -> Response:
         if method != "POST" or path.rstrip("/").lower() != PATH:
             return arm_error(404, "NotFound", f"no Resource Graph route {method} {path}")
-        problem = _token_problem(headers.get("Authorization", "") or "")
+        problem = arm_token_problem(headers.get("Authorization", "") or "")
         if problem:
             return arm_error(401, "AuthenticationFailed", problem)
         if query.get("api-version") not in VERSIONS:

@@ -15,6 +15,7 @@ over (Completed), by the simulator's record.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -213,7 +214,8 @@ def clock_ahead(seconds: int) -> Dict[str, str]:
     pitfalls handled (tools/any_date.py): the monotonic clock left alone, and time.sleep through select()."""
     if not LIBFAKETIME.exists():
         raise RuntimeError(f"{LIBFAKETIME} is missing: apt-get install faketime (.ci/run installs it)")
-    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"+{seconds}", **pitfalls_env()}
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"+{seconds}",
+            **pitfalls_env(os.environ.get("PYTHONPATH", ""))}
 
 
 def budget_overlaps(imds: Any, specs: List[VmSpec], events: List[str]) -> List[str]:

@@ -7,7 +7,7 @@ import json
 
 from sandbox.bearer import bearer_problem
 from sandbox.eventhubs.rest import token_problem
-from sandbox.imds.arm import _token_problem
+from sandbox.imds.arm import arm_token_problem
 
 ARM = ("https://management.azure.com", "https://management.core.windows.net")
 
@@ -37,8 +37,8 @@ def test_what_is_not_a_bearer_jwt() -> None:
 
 def test_the_stand_ins_use_it() -> None:
     live = jwt({"aud": "https://management.azure.com/", "exp": 4_000_000_000})
-    assert _token_problem(live) == ""
-    assert _token_problem(jwt({"aud": "https://eventhubs.azure.net", "exp": 4_000_000_000})).startswith(
+    assert arm_token_problem(live) == ""
+    assert arm_token_problem(jwt({"aud": "https://eventhubs.azure.net", "exp": 4_000_000_000})).startswith(
         "InvalidAudience")
     assert token_problem(jwt({"aud": "https://eventhubs.azure.net", "exp": 200}), 100) == ""
     assert token_problem("SharedAccessSignature sr=x&sig=y&se=1&skn=z", 100) == ""  # keys: its own rule
