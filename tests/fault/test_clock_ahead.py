@@ -11,7 +11,6 @@ OBSERVE seconds after the events are made (no approval may come in them), with t
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -66,12 +65,13 @@ def test_one_runner_five_minutes_ahead(form: str, tmp_path: Path) -> None:
             summary = rig.check()
     finally:
         rig.stop()
-    assert "se.decision" in skewed_log, "the instance ahead decided nothing: the fault was not exercised"
+    assert "off Storage's: deciding by Storage's clock" in skewed_log, \
+        "the instance ahead never saw its clock off Storage's: the fault was not exercised"
     assert early == {}, f"approved before the window opened by the true clock: {early}"
     no_leader = {k: n for k, n in alerts.items() if "no-leader" in k}
     assert no_leader == {}, f"leader judged dead: {no_leader}"
-    attempts = {e: len(get_json(rows[e], "Approvals", []) or []) for e in rnd.events if e in rows}
-    leaders = {e: {a.get("vmName") for a in get_json(rows[e], "Approvals", []) or []} for e in rnd.events}
+    assert set(rnd.events) <= set(rows), f"events without a row: {set(rnd.events) - set(rows)}"
+    attempts = {e: len(get_json(rows[e], "Approvals", []) or []) for e in rnd.events}
     if form == "full":
         assert set(attempts.values()) == {1}, f"approval attempts per event: {attempts}"
         print(f"window opened {opens.isoformat()} ({opens.timestamp() - made:.0f} s after the events were "
@@ -79,8 +79,7 @@ def test_one_runner_five_minutes_ahead(form: str, tmp_path: Path) -> None:
               f"after it; wave over {rnd.recovered_after:.1f} s after it; checked {summary}")
     else:
         assert set(attempts.values()) <= {0}, f"approval attempts before the window: {attempts}"
-    changes = sum(max(0, len(v) - 1) for v in leaders.values())
-    assert changes == 0, f"leader changes: {leaders}"
-    shown = json.dumps({k[:8]: sorted(v) for k, v in leaders.items()})
-    print(f"instance {SKEWED} {AHEAD} s ahead; leaders per event {shown} (changes 0); "
+    # each Reboot names one VM, so there is no other leader to fail over to: liveness judged wrongly shows
+    # as a no-leader alert or (full form) a second attempt, both asserted above
+    print(f"instance {SKEWED} {AHEAD} s ahead; attempts per event {sorted(attempts.values())}; "
           f"alerts {sum(alerts.values())}, no-leader 0")
