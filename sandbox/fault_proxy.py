@@ -1,9 +1,9 @@
 """Loopback stand-ins that sit between a client and a real server and break the path on demand, for the
 fault suite and the benchmarks (real sockets both sides; started in the caller's process, on threads).
 
-- `HttpProxy`: an HTTP/1.1 reverse proxy to one port (e.g. one of Azurite's services). It logs requests
-  (method, first path segment after the account: a queue's or a table's name; the last LOG_LIMIT), and for
-  a window answers
+- `HttpProxy`: an HTTP/1.1 reverse proxy to one port (e.g. one of Azurite's services). It counts requests
+  by (method, first path segment after the account: a queue's or a table's name), logs the last LOG_LIMIT of
+  them with their times, and for a window answers
   every request with a chosen status instead of forwarding it: 503 ServerBusy, 500 InternalError or 429 with
   a Retry-After header, in the body and `x-ms-error-code` Azure Storage answers with (XML for blob and queue,
   JSON for table), so the Azure SDKs' own retry policies see what they would see from Azure.
@@ -18,7 +18,7 @@ import json
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseRequestHandler, ThreadingTCPServer
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
@@ -76,6 +76,7 @@ class HttpProxy:
     def __init__(self, target_port: int, table_service: bool = False) -> None:
         self.target_port = target_port
         self.table_service = table_service
+        self.counts: Counter = Counter()  # every request, by (method, name): bench.fleet_scale's round trips
         self.log: Deque[Dict[str, Any]] = deque(maxlen=LOG_LIMIT)  # bounded: a 5-minute fault at full tilt
         self.lock = threading.Lock()
         self.window = Window()
@@ -122,6 +123,7 @@ class HttpProxy:
                 with proxy.lock:
                     faulted = proxy.window.active()
                     status, retry_after = proxy.status, proxy.retry_after
+                    proxy.counts[(self.command, name)] += 1
                     proxy.faulted += faulted
                     proxy.log.append({"t": time.time(), "method": self.command, "queue": name,
                                       "path": self.path, "faulted": faulted})
