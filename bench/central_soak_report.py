@@ -16,13 +16,12 @@ from bench.soak_report import Sample, fmt, growth, load, md_table, median_of, pe
 RETENTION: Dict[str, str] = {
     "rss_mib": "the runner's memory: its caches below (each bounded) fill up, then it is flat",
     "seen_ids": (
-        "bounded: SEEN_LIMIT = 200,000 envelope ids per instance (central/runtime/service.py), oldest"
-        " dropped;"
-        " at 1,000 VMs a minute it fills in ~3.3 h on one instance (longer when several share the"
-        " partitions), so RSS grows until then"
+        "bounded in time: envelope ids are forgotten SEEN_SECONDS = 900 s after they are met, and at most"
+        " SEEN_LIMIT = 200,000 per instance (central/runtime/service.py, cachetools' TTLCache): flat after"
+        " the first 15 minutes at steady load"
     ),
-    "raised_keys": "bounded: RAISED_LIMIT = 10,000 alert keys (central/runtime/ingest.py), oldest dropped",
-    "cached_ended": "bounded: ENDED_CACHE ended events (central/store/event_reads.py), oldest dropped",
+    "raised_keys": "bounded: RAISED_LIMIT = 10,000 alert keys (central/runtime/ingest.py, a FIFOCache), oldest dropped",
+    "cached_ended": "bounded: ENDED_CACHE = 5,000 ended events (central/store/event_reads.py, an LRUCache), least used dropped",
     "active_reporters": (
         "one per VM name that reported an active event (central/store/active_events.py, keyed by name):"
         " bounded by the fleet's names, reset at each full reload of the active rows"

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Set, TypeVar, Union
+
+from cachetools import FIFOCache
 
 from central.intake import bounds as limits
 from central.intake import parse as env_mod
@@ -124,7 +125,7 @@ class Ingest:
         self.logs = logs
         # alert keys of envelope-level alerts raised lately: a replayed bad body is not alerted again
         # (a cache: suppressing a repeat of an alert already owed or delivered loses nothing)
-        self.raised: OrderedDict[str, None] = OrderedDict()
+        self.raised: FIFOCache = FIFOCache(maxsize=RAISED_LIMIT)
         self.owed: Set[str] = set()  # event alert keys committed by this call (delivered at once)
         self.rows_owed: List[Alert] = []  # alerts owed by no event committed by this call
         self.planner = Planner(state, self.raised, heartbeat_log_every)
@@ -190,9 +191,7 @@ class Ingest:
 
     def remember_raised(self, key: str) -> None:
         """An alert key this instance has raised (a cache of recent keys: the store keeps the truth)."""
-        self.raised[key] = None
-        while len(self.raised) > RAISED_LIMIT:
-            self.raised.popitem(last=False)
+        self.raised[key] = None  # the oldest goes when full (cachetools)
 
     def commit_planned(self, plan_once: Callable[[], Plan], now: datetime, result: BatchResult,
                        what: str) -> Set[str]:

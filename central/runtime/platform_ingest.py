@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
 from datetime import datetime
 from typing import List, Mapping, Sequence, Set, Tuple, Union
+
+from cachetools import TTLCache
 
 from central.intake import platform
 from central.intake.plan import Plan
@@ -27,14 +28,17 @@ from .ingest import Ingest, one_at_a_time_if_refused
 from .results import BatchResult
 
 log = logging.getLogger("central.ingest")
-SEEN_LIMIT = 50_000  # Event Grid ids remembered in memory (the durable check is on the event's row)
+# Event Grid ids remembered in memory (the durable check is on the event's row): Event Grid's own retries
+# of a delivery and the host's redelivery; bounded in time and in count, as the envelopes' (service.py)
+SEEN_LIMIT = 50_000
+SEEN_SECONDS = 3600.0
 
 
 class PlatformIngest:
     def __init__(self, state: FleetState, ingest: Ingest) -> None:
         self.state = state
         self.ingest = ingest  # its owed alerts and log staging are the call's (service._run delivers them)
-        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.seen: TTLCache = TTLCache(maxsize=SEEN_LIMIT, ttl=SEEN_SECONDS)
 
     def apply(self, bodies: Sequence[Union[bytes, str]], received: Sequence[datetime], now: datetime,
               result: BatchResult) -> Set[str]:
@@ -52,9 +56,7 @@ class PlatformIngest:
             touched |= self._commit(items[start:start + size], now, result)
         for parsed, _ in items:
             if isinstance(parsed, platform.PlatformEvent):
-                self.seen[parsed.grid_id] = None
-                while len(self.seen) > SEEN_LIMIT:
-                    self.seen.popitem(last=False)
+                self.seen[parsed.grid_id] = None  # the oldest goes when full (cachetools)
         return touched
 
     def _commit(self, segment: List[Tuple[platform.Parsed, datetime]], now: datetime,

@@ -16,6 +16,8 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from cachetools import TTLCache
+
 from central.intake.authz import NAME_RELEASE
 from central.intake.plan import heartbeat_log_every
 from central.intake.sender import SenderAuth
@@ -49,7 +51,12 @@ from .webhook import WebhookAlerter
 
 log = logging.getLogger("central.service")  # stable: docs and queries select on it
 
-SEEN_LIMIT = 200_000  # envelope ids remembered for exact-duplicate drops (a cache: replays are stale anyway)
+# Envelope ids remembered for exact-duplicate drops: the host's redelivery from its last checkpoint and a
+# forwarder's re-send after an unanswered send (its back-off caps at 30 s) come within minutes. A cache:
+# a replay older than that is stale anyway (central.intake.plan). Bounded in time, so at steady load the
+# memory is flat after SEEN_SECONDS (bench.central_soak), and in count, for a fleet too large for the window.
+SEEN_LIMIT = 200_000
+SEEN_SECONDS = 900.0
 
 
 class CentralService:
@@ -108,7 +115,7 @@ class CentralService:
         floor = settings.status_alert_floor  # STATUS_ALERT_MIN_SEVERITY: when owed, decided and delivered
         self.ingest.alert_floor = self.evaluator.alert_floor = self.actor.alert_floor = floor
         self.counters = new_counters()
-        self._seen: Dict[str, None] = {}
+        self._seen: TTLCache = TTLCache(maxsize=SEEN_LIMIT, ttl=SEEN_SECONDS)
         self._lock = threading.RLock()
         self._policy_alerted = False
         # envelopes kept for a trust failure, re-verified once trust is repaired (central.runtime.reverify)
@@ -397,9 +404,7 @@ class CentralService:
         )
 
     def _remember(self, key: str) -> None:
-        self._seen[key] = None
-        if len(self._seen) > SEEN_LIMIT:
-            self._seen.pop(next(iter(self._seen)))
+        self._seen[key] = None  # the oldest goes when full (cachetools)
 
 
 def _received(enqueued: Optional[Sequence[Optional[datetime]]], i: int, now: datetime) -> datetime:

@@ -4,9 +4,10 @@ read one at a time), and finding an event in either."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
+
+from cachetools import LRUCache
 
 from central.model.events import EventRecord, spellings
 from central.model.vms import VmState
@@ -23,7 +24,7 @@ CATCH_UP_MIN = 100  # events changed since the cached head: re-read only those, 
 class EventReads:
     store: TableLog
     active: Dict[str, Tuple[EventRecord, str]]  # EventId -> (record, etag of its o: row)
-    ended: OrderedDict[str, EventRecord]
+    ended: LRUCache  # event id -> EventRecord
     head_seq: int
     head_etag: Optional[str]
     head_log: Optional[head_log.Log]
@@ -252,8 +253,7 @@ class EventReads:
         if event_id in self.active:
             return self.active[event_id][0], True
         if event_id in self.ended:
-            self.ended.move_to_end(event_id)
-            return self.ended[event_id], False
+            return self.ended[event_id], False  # a read keeps it (least recently used goes first)
         if event_id in self._absent:
             return None, False
         got = self.store.get(TABLE, rows.PARTITION, rows.event_key(event_id, active=False))
@@ -274,9 +274,7 @@ class EventReads:
         return None, False
 
     def _remember_ended(self, rec: EventRecord) -> None:
-        self.ended[rec.event_id] = rec
-        while len(self.ended) > ENDED_CACHE:
-            self.ended.popitem(last=False)
+        self.ended[rec.event_id] = rec  # the oldest goes when full (cachetools)
 
 
 def _needed(since: head_log.Since, event_id: str, wanted: Optional[FrozenSet[str]]) -> bool:

@@ -17,9 +17,10 @@ it re-reads only those (`catch_up`) instead of every active row.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from cachetools import LRUCache
 
 from central.model.alert import Alert
 from central.model.events import EventRecord, spellings
@@ -30,7 +31,7 @@ from central.store import state_rows as rows
 from . import head_log
 from .active_events import ActiveEvents
 from .changes import Changes
-from .event_reads import EventReads
+from .event_reads import ENDED_CACHE, EventReads
 from .tables import Conflict, Op, TableLog
 from .vm_reads import KEYS_PER_QUERY, TABLE, VmReads
 
@@ -46,7 +47,7 @@ class FleetState(EventReads, VmReads):
         self.store = log_store
         self.vms: Dict[str, Tuple[VmState, Optional[str]]] = {}  # vmId -> (state, etag)
         self.active = ActiveEvents()  # EventId -> (record, etag of its o: row)
-        self.ended: OrderedDict[str, EventRecord] = OrderedDict()
+        self.ended: LRUCache = LRUCache(maxsize=ENDED_CACHE)  # ended events remembered (event_reads)
         self.head_seq = 0
         self.head_etag: Optional[str] = None
         self.head_log: Optional[head_log.Log] = None  # the head row's change log as last read or written

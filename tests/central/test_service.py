@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
 
 import schemas
 from central.model.times import parse
+from central.runtime import service as service_module
 from central.runtime.service import CentralService, InvalidRequest, UnknownEvent
 
 from .conftest import Env, Hook
@@ -63,6 +65,24 @@ def test_duplicates_and_replays_change_nothing_twice(env: Env, hook: Hook) -> No
     assert {t: len(env.rows(t)) for t in rows_before} == rows_before
     assert len(env.messages(a.vm_id)) == 1
     assert len(status_alerts(hook, "E-dup")) == 1
+
+
+def test_a_replay_after_the_duplicate_window_is_stale_and_changes_nothing(env: Env, hook: Hook,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instance forgets envelope ids SEEN_SECONDS after it met them (flat memory at steady load): a
+    replay that comes later is judged by incarnation, as on a fresh instance, and changes nothing twice."""
+    monkeypatch.setattr(service_module, "SEEN_SECONDS", 0.2)
+    svc = env.service()
+    a = Vm("vm-a")
+    batch = [body(a.heartbeat()), body(a.incarnation_env([event("E-win", ["vm-a"])]))]
+    svc.handle_batch(batch, now=T0)
+    rows_before = {t: len(env.rows(t)) for t in ("Incarnations", "Events", "Decisions", "Alerts")}
+    assert svc.handle_batch(batch, now=T0 + timedelta(seconds=5)).duplicates == 2  # inside the window
+    time.sleep(0.5)  # the window (a monotonic clock) is over: the ids are forgotten
+    late = svc.handle_batch(batch, now=T0 + timedelta(seconds=10))
+    assert late.duplicates == 0 and late.stale == 1 and late.approvals_sent == 0 and late.decisions == []
+    assert {t: len(env.rows(t)) for t in rows_before} == rows_before
+    assert len(env.messages(a.vm_id)) == 1 and len(status_alerts(hook, "E-win")) == 1
 
 
 def test_out_of_order_older_incarnation_does_not_regress(env: Env, hook: Hook) -> None:
