@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import __version__, exitcodes, logs
+from . import __version__, exitcodes, logs, validation
 from .closed_pipe import survives_closed_pipe
 from .config import SETTINGS, Config, ConfigError, Setting, load
 
@@ -212,6 +212,7 @@ def run(config: Config) -> int:
     from .sinks import SinkUnavailable
 
     log = logs.get("cli")
+    validation.use_child_process()  # jsonschema stays out of the process that idles for months
     try:
         app = build(config)
     except StateError as exc:

@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional
 from . import disk_full, logs
 from .backoff import Backoff
 from .imds import ImdsError, ImdsStopped
+from .validation import ValidationUnavailable
 
 log = logs.get("daemon")
 
@@ -64,7 +65,7 @@ class Worker:
                     if disk_full.NOTICE.full():
                         log.error("the state directory's disk is full: nothing new is accepted until space "
                                   f"is freed; the outbox keeps and sends what it holds ({exc})", extra=fields)
-                elif isinstance(exc, ImdsError):  # an expected fault: one line, no traceback
+                elif isinstance(exc, (ImdsError, ValidationUnavailable)):  # expected: one line, no traceback
                     log.warning(f"{self.name}: {exc}", extra=fields)
                 else:
                     log.exception(f"{self.name} step failed; backing off", extra=fields)

@@ -20,9 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-import schemas
 
-from . import envelope, logs
+from . import envelope, logs, validation
 from .clock import iso
 from .diff import diff
 from .envelope import canonical, sha256
@@ -102,7 +101,7 @@ def parse(text: str) -> Parsed:
         document = _load(text)
     except ValueError as exc:
         return Parsed(None, None, [{"path": "/", "message": f"not JSON: {exc}"[:300]}])
-    errors = schemas.errors(IMDS_SCHEMA, document)
+    errors = validation.errors(IMDS_SCHEMA, document)  # ValidationUnavailable: handled again next poll
     number: Optional[int] = None
     if isinstance(document, dict):
         raw = document.get("DocumentIncarnation")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
-from jsonschema import Draft202012Validator, FormatChecker
-from referencing import Registry, Resource
+if TYPE_CHECKING:  # imported where used: the forwarder's daemon imports `schemas.authn`, never jsonschema
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
 
 SCHEMA_FILES = (
     "imds-scheduled-events.schema.json",
@@ -29,6 +30,8 @@ def load(name: str) -> Dict[str, Any]:
 
 @cache
 def _registry() -> Registry:
+    from referencing import Registry, Resource  # noqa: PLC0415 - see the imports above
+
     registry: Registry = Registry()
     for name in SCHEMA_FILES:
         if not resources.files(__package__).joinpath(name).is_file():
@@ -42,6 +45,8 @@ def _registry() -> Registry:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """A validator for schema file `name`, with format checks (date-time) turned on."""
+    from jsonschema import Draft202012Validator, FormatChecker  # noqa: PLC0415 - see the imports above
+
     return Draft202012Validator(load(name), registry=_registry(), format_checker=FormatChecker())
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Protocol
 
-import schemas
-
+from .. import validation
+from ..imds import ImdsUnavailable
 from .message import Rejected
 
 DOCUMENT_SCHEMA = "imds-scheduled-events.schema.json"
@@ -30,7 +30,9 @@ def parse_document(text: str) -> Dict[str, Any]:
     except RecursionError:
         raise Rejected("imds: the scheduled-events document is nested too deep to read") from None
     try:
-        problems = schemas.errors(DOCUMENT_SCHEMA, document, limit=3)
+        problems = validation.errors(DOCUMENT_SCHEMA, document, limit=3)
+    except validation.ValidationUnavailable as exc:  # as unreadable: nothing decided, the caller retries later
+        raise ImdsUnavailable(f"imds: the scheduled-events document could not be checked ({exc})") from exc
     except RecursionError:  # the schema error's repr of a deeply nested value
         raise Rejected("imds: the scheduled-events document is nested too deep to check") from None
     if problems:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Dict, Optional
 
-import schemas
+from .. import validation
 
 SCHEMA = "approval.schema.json"
 MAX_BODY = 64 * 1024  # a queue message is at most 64 KiB; anything bigger is not ours
@@ -97,7 +97,7 @@ def decode(body: Any) -> Dict[str, Any]:
 
 def validate(obj: Dict[str, Any]) -> Approval:
     """Schema check (approval.schema.json) -> Approval. Raises Rejected("forged: ...")."""
-    problems = schemas.errors(SCHEMA, obj, limit=5)
+    problems = validation.errors(SCHEMA, obj, limit=5)  # ValidationUnavailable: the message waits
     if problems:
         detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
         raise Rejected(f"forged: fails {SCHEMA}: {detail}"[:1000])

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .. import logs
+from .. import logs, validation
 from ..backoff import Backoff
 from ..clock import iso
 from ..imds import ImdsError
@@ -166,6 +166,9 @@ class ApprovalReader:
             log.warning(
                 "message %s left for later: IMDS unreadable before any decision (%s)", item.id, exc
             )
+            return
+        except validation.ValidationUnavailable as exc:
+            log.warning("message %s left for later: %s", item.id, exc)
             return
         if result is None:
             return

@@ -77,7 +77,8 @@ def depth(obj: Any) -> int:
 
 def check(name: str, text: str) -> Dict[str, Any]:
     env = forward(text)  # never raises: an exception here fails the test with the example shown
-    # Schema-valid by construction: envelope.build validates every envelope (schemas.errors) and
+    # Schema-valid by construction: envelope.build validates every envelope in-process (everywhere but
+    # the daemon: forwarder.validation) and
     # raises EnvelopeInvalid otherwise, which would fail this test; checked again in the slow run.
     if name.endswith("slow"):
         assert schemas.errors(ENVELOPE, env) == [], env["id"]
