@@ -20,8 +20,13 @@ RETENTION: Dict[str, str] = {
         " SEEN_LIMIT = 200,000 per instance (central/runtime/service.py, cachetools' TTLCache): flat after"
         " the first 15 minutes at steady load"
     ),
-    "raised_keys": "bounded: RAISED_LIMIT = 10,000 alert keys (central/runtime/ingest.py, a FIFOCache), oldest dropped",
-    "cached_ended": "bounded: ENDED_CACHE = 5,000 ended events (central/store/event_reads.py, an LRUCache), least used dropped",
+    "raised_keys": (
+        "bounded: RAISED_LIMIT = 10,000 alert keys (central/runtime/ingest.py, a FIFOCache), oldest dropped"
+    ),
+    "cached_ended": (
+        "bounded: ENDED_CACHE = 5,000 ended events (central/store/event_reads.py, an LRUCache),"
+        " least used dropped"
+    ),
     "active_reporters": (
         "one per VM name that reported an active event (central/store/active_events.py, keyed by name):"
         " bounded by the fleet's names, reset at each full reload of the active rows"

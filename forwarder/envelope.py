@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional
 from .clock import iso
 from .diff import Diff
 from .identity import VmIdentity
-from .validation import checks_own_output, errors as schema_errors
+from .validation import checks_own_output
+from .validation import errors as schema_errors
 
 SCHEMA = "envelope.schema.json"
 INCARNATION = "scheduledevents.incarnation.v1"

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-
 from . import envelope, logs, validation
 from .clock import iso
 from .diff import diff

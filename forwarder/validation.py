@@ -55,7 +55,7 @@ def errors(schema: str, instance: Any, limit: int = 20) -> Errors:
 
 
 def _errors_here(schema: str, instance: Any, limit: int) -> Errors:
-    import schemas  # noqa: PLC0415 - imports jsonschema; the daemon never runs this line
+    import schemas
 
     return schemas.errors(schema, instance, limit)
 

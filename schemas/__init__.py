@@ -30,7 +30,7 @@ def load(name: str) -> Dict[str, Any]:
 
 @cache
 def _registry() -> Registry:
-    from referencing import Registry, Resource  # noqa: PLC0415 - see the imports above
+    from referencing import Registry, Resource
 
     registry: Registry = Registry()
     for name in SCHEMA_FILES:
@@ -45,7 +45,7 @@ def _registry() -> Registry:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """A validator for schema file `name`, with format checks (date-time) turned on."""
-    from jsonschema import Draft202012Validator, FormatChecker  # noqa: PLC0415 - see the imports above
+    from jsonschema import Draft202012Validator, FormatChecker
 
     return Draft202012Validator(load(name), registry=_registry(), format_checker=FormatChecker())
 

@@ -31,7 +31,7 @@ def parse_document(text: str) -> Dict[str, Any]:
         raise Rejected("imds: the scheduled-events document is nested too deep to read") from None
     try:
         problems = validation.errors(DOCUMENT_SCHEMA, document, limit=3)
-    except validation.ValidationUnavailable as exc:  # as unreadable: nothing decided, the caller retries later
+    except validation.ValidationUnavailable as exc:  # as unreadable: nothing decided, retried later
         raise ImdsUnavailable(f"imds: the scheduled-events document could not be checked ({exc})") from exc
     except RecursionError:  # the schema error's repr of a deeply nested value
         raise Rejected("imds: the scheduled-events document is nested too deep to check") from None

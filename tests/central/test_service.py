@@ -67,8 +67,8 @@ def test_duplicates_and_replays_change_nothing_twice(env: Env, hook: Hook) -> No
     assert len(status_alerts(hook, "E-dup")) == 1
 
 
-def test_a_replay_after_the_duplicate_window_is_stale_and_changes_nothing(env: Env, hook: Hook,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replay_after_the_duplicate_window_is_stale_and_changes_nothing(
+        env: Env, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
     """The instance forgets envelope ids SEEN_SECONDS after it met them (flat memory at steady load): a
     replay that comes later is judged by incarnation, as on a fresh instance, and changes nothing twice."""
     monkeypatch.setattr(service_module, "SEEN_SECONDS", 0.2)

@@ -68,7 +68,8 @@ def test_a_message_that_cannot_be_checked_is_not_rejected(in_child: None, monkey
 
 
 def test_a_document_the_child_could_not_check_is_handled_at_the_next_poll(
-        in_child: None, imds_server: processes.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        in_child: None, imds_server: processes.Server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     outbox = Outbox(tmp_path / "state")
     poller = Poller(ImdsClient(imds_url(imds_server)), outbox)
     try:
