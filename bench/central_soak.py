@@ -34,8 +34,7 @@ import signal
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
-from email.utils import format_datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -69,17 +68,8 @@ class SoakVm(FakeVm):
         """The next incarnation: a new Scheduled event, the event at `status`, or (None) no event listed."""
         before = [self.event] if self.event else []
         if status == "Scheduled":
-            self.event = {
-                "EventId": f"SOAK-{self.vm_id[:8]}-{self.incarnation + 1}".upper(),
-                "EventStatus": "Scheduled",
-                "EventType": "Reboot",
-                "ResourceType": "VirtualMachine",
-                "Resources": [self.name],
-                "NotBefore": format_datetime(at + timedelta(minutes=15), usegmt=True),
-                "Description": "soak",
-                "EventSource": "Platform",
-                "DurationInSeconds": -1,
-            }
+            event_id = f"SOAK-{self.vm_id[:8]}-{self.incarnation + 1}".upper()
+            self.event = self.scheduled_reboot(event_id, at, "soak")
         elif status and self.event:
             self.event = {**self.event, "EventStatus": status, "NotBefore": ""}
         else:

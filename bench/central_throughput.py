@@ -93,23 +93,23 @@ class FakeVm:
         }
         return self._wrap("heartbeat", f"{self.vm_id}:heartbeat:{self.beats}", data, at)
 
+    def scheduled_reboot(self, event_id: str, at: datetime, description: str) -> Dict[str, Any]:
+        """A platform Reboot of this VM, Scheduled 15 minutes after `at`, as IMDS lists it."""
+        return {
+            "EventId": event_id,
+            "EventStatus": "Scheduled",
+            "EventType": "Reboot",
+            "ResourceType": "VirtualMachine",
+            "Resources": [self.name],
+            "NotBefore": format_datetime(at + timedelta(minutes=15), usegmt=True),
+            "Description": description,
+            "EventSource": "Platform",
+            "DurationInSeconds": -1,
+        }
+
     def incarnation_env(self, at: datetime, with_event: bool) -> bytes:
         self.incarnation += 1
-        events: List[Dict[str, Any]] = []
-        if with_event:
-            events = [
-                {
-                    "EventId": str(uuid.uuid4()).upper(),
-                    "EventStatus": "Scheduled",
-                    "EventType": "Reboot",
-                    "ResourceType": "VirtualMachine",
-                    "Resources": [self.name],
-                    "NotBefore": format_datetime(at + timedelta(minutes=15), usegmt=True),
-                    "Description": "bench",
-                    "EventSource": "Platform",
-                    "DurationInSeconds": -1,
-                }
-            ]
+        events = [self.scheduled_reboot(str(uuid.uuid4()).upper(), at, "bench")] if with_event else []
         doc = {"DocumentIncarnation": self.incarnation, "Events": events}
         digest = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
         data = {

@@ -2,8 +2,9 @@
 
 Exit 0 only when `run` would work (warnings allowed); otherwise the first failure's code (cli.py):
 3/4/5 IMDS, 6 state directory, 9 another service `run` needs (Event Hubs, approval queue, managed
-identity, hooks, clock). The configuration itself was checked before (exit 2). Nothing is published,
-nothing in the state directory is changed: the outbox and ledger are only read.
+identity, hooks, clock, the schema check's child process). The configuration itself was checked before
+(exit 2). Nothing is published, nothing in the state directory is changed: the outbox and ledger are
+only read.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from . import exitcodes
+from . import exitcodes, validation
 from .config import Config
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -156,7 +157,15 @@ def _imds(config: Config, report: Report) -> Optional[Any]:
         report.add("identity", OK, f"VM {vm.name} ({vm.vm_id})")
         response = client.get_scheduled_events()
         report.data["imds"]["answered"] = True
-        parsed = parse(response.text)
+        try:
+            validation.use_child_process()  # checked as `run` checks it: in a child process
+            parsed = parse(response.text)
+        except validation.ValidationUnavailable as exc:
+            report.add("imds", FAIL, f"{exc}: run could check no IMDS document or approval message",
+                       exitcodes.CHECK_FAILED)
+            return vm
+        finally:
+            validation.use_child_process(False)
         report.data["document"] = {"valid": not parsed.errors, "incarnation": parsed.incarnation,
                                    "errors": parsed.errors, "events": _event_summary(parsed.document)}
         if parsed.errors:

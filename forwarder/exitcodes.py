@@ -10,5 +10,5 @@ INVALID_DOCUMENT = 5   # the scheduled-events document is invalid (check; run qu
 STATE = 6              # the state directory / outbox / ledger cannot be opened or written
 NOT_APPROVED = 7       # approve: rejected by the checks, the hook failed, or the POST failed
 IMDS_REFUSES = 8       # run: IMDS refused the configured request (400/404/405) again and again
-CHECK_FAILED = 9       # check: another service run needs fails (Event Hubs, queue, identity, hooks, clock)
+CHECK_FAILED = 9       # check: something else run needs fails (Event Hubs, queue, identity, hooks, clock...)
 CLOSED_PIPE = 141       # the reader of stdout went away (`se-forwarder check --json | head`): stopped quietly

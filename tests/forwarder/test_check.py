@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -126,6 +127,18 @@ def test_imds_refusing_is_4(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
     report = run_check(tmp_path, capsys, {"imds_url": imds_url(imds) + suffix})
     assert report["exitCode"] == code and lines(report, "imds")[0]["status"] == "fail"
     assert lines(report, "approvals")[0]["status"] == "ok"  # none configured: nothing to check
+
+
+def test_a_schema_check_process_that_cannot_start_fails_with_9(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], imds: processes.Server,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` checks each new document in a child process (forwarder.validation): check starts one too."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    report = run_check(tmp_path, capsys, {"imds_url": imds_url(imds)})
+    assert report["exitCode"] == exitcodes.CHECK_FAILED
+    (line,) = lines(report, "imds")
+    assert line["status"] == "fail" and "could not run" in line["detail"] and "no-python" in line["detail"]
+    assert lines(report, "identity")[0]["status"] == "ok"
 
 
 def test_imds_down_is_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
