@@ -205,16 +205,18 @@ class Load:
 
     def __init__(self, vms: List[SoakVm], args: argparse.Namespace) -> None:
         self.vms, self.args = vms, args
-        self.beat_credit, self.next_beat = 0.0, 0
+        self.beat_credit, self.next_beat, self.credited_until = 0.0, 0, 0.0
         self.waves = 0
         self.steps: List[Tuple[float, SoakVm, Optional[str]]] = []  # (due second, vm, status)
         self.published = 0
         self.lost = 0  # envelopes whose send failed (counted in published too)
         self.hub_restarts = 0
 
-    def due(self, elapsed: float, tick: float, now: datetime) -> List[bytes]:
+    def due(self, elapsed: float, now: datetime) -> List[bytes]:
         args, bodies = self.args, []
-        self.beat_credit += len(self.vms) * tick / args.heartbeat_seconds
+        # by the time that passed, not per call: a slow send stretches a tick, and the rate must not drop
+        self.beat_credit += len(self.vms) * (elapsed - self.credited_until) / args.heartbeat_seconds
+        self.credited_until = elapsed
         while self.beat_credit >= 1:
             bodies.append(self.vms[self.next_beat % len(self.vms)].heartbeat(now))
             self.next_beat += 1
@@ -280,7 +282,7 @@ def soak(args: argparse.Namespace, work: Path, servers: List[processes.Server]) 
             elapsed = time.monotonic() - started
             if elapsed >= args.hours * 3600:
                 break
-            bodies = load.due(elapsed, args.tick, datetime.now(timezone.utc))
+            bodies = load.due(elapsed, datetime.now(timezone.utc))
             if bodies:
                 try:
                     send_signed(producer, bodies)
