@@ -7,6 +7,9 @@ queries (central/policy/coverage.py) project them, from a "world" a test or the 
        -> 200 {totalRecords, count, resultTruncated, $skipToken?, data: [rows], facets: []}
   POST /admin/world {resources, computeresources, authorizationresources, managementGroups}: replace it
   GET  /admin/calls: the requests answered so far (each with its caller's User-Agent, `userAgent`)
+  POST /admin/throttle {queries, resetsAfter}: the next `queries` queries are answered 429 RateLimiting with
+       Resource Graph's throttling headers (x-ms-user-quota-remaining: 0, x-ms-user-quota-resets-after:
+       `resetsAfter`, hh:mm:ss), as Azure throttles a principal past its quota
 
 It is not a KQL engine: it recognizes the coverage queries by their table (`resources ... | union
 (computeresources ...`, `authorizationresources`) and applies what they filter on (subscriptions or
@@ -46,7 +49,16 @@ class World:
     def __init__(self, world: Optional[Mapping[str, Any]] = None) -> None:
         self.lock = threading.Lock()
         self.calls: List[Dict[str, Any]] = []
+        self.throttled, self.resets_after = 0, "00:00:01"  # queries still to answer 429, and the header
         self.replace(world or {})
+
+    def take_throttle(self) -> bool:
+        """This query is one of those to throttle (counted down)."""
+        with self.lock:
+            if self.throttled <= 0:
+                return False
+            self.throttled -= 1
+            return True
 
     def replace(self, world: Mapping[str, Any]) -> None:
         with self.lock:
@@ -104,9 +116,11 @@ def handler(world: World) -> type:
         def log_message(self, *args: Any) -> None:  # quiet: tests read answers, not logs
             pass
 
-        def _send(self, status: int, body: Any) -> None:
+        def _send(self, status: int, body: Any, headers: Optional[Mapping[str, str]] = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -131,6 +145,12 @@ def handler(world: World) -> type:
                 world.replace(body)
                 self._send(200, {"ok": True})
                 return
+            if url.path == "/admin/throttle":
+                with world.lock:
+                    world.throttled = int(body.get("queries", 1))
+                    world.resets_after = str(body.get("resetsAfter", "00:00:01"))
+                self._send(200, {"ok": True})
+                return
             if url.path.rstrip("/").lower() != PATH:
                 self._send(*_error(404, "NotFound", f"no Resource Graph route POST {url.path}"))
                 return
@@ -144,6 +164,12 @@ def handler(world: World) -> type:
                                    f"api-version {version!r}: one of {', '.join(VERSIONS)}"))
                 return
             agent = self.headers.get("User-Agent") or ""
+            if world.take_throttle():
+                self._send(*_error(429, "RateLimiting", "Please provide below info when asking for support: "
+                                                        "the client is throttled (stand-in)"),
+                           headers={"x-ms-user-quota-remaining": "0",
+                                    "x-ms-user-quota-resets-after": world.resets_after})
+                return
             self._send(*world.answer(body if isinstance(body, dict) else {}, agent))
 
     return Handler

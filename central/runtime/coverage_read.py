@@ -8,7 +8,8 @@ is: the Function app ships no management SDK. Pages of 1000 through $skipToken, 
 Cached per instance: one read at most every COVERAGE_REFRESH_SECONDS (default 300) whoever asks, and after
 a failure not again for RETRY_SECONDS; requests in between get the last answer. A failure is an `error`
 in the view beside the last good counts (if any), never an exception to the caller. The read runs outside
-the service's lock: a slow Resource Graph delays only the fleet view that triggered it.
+the service's lock: a slow Resource Graph delays only the fleet view that triggered it. A throttled page
+(429) is asked again when Resource Graph's quota resets, if within THROTTLE_WAIT_MAX (THROTTLE_TRIES times).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ PATH = "/providers/Microsoft.ResourceGraph/resources"
 PAGE_ROWS = 1000  # Resource Graph's largest page
 MAX_ROWS = 100_000  # inventory rows (VMs, their sets and extensions) read in all; more is an error
 RETRY_SECONDS = 60.0
+# Resource Graph's quota is per principal and short (e.g. 15 queries per 5 s): a throttled page is asked
+# again once the quota resets (x-ms-user-quota-resets-after, else Retry-After), if that is soon, so a read
+# of many pages is not thrown away for one 429; a longer wait ends the read (the next in RETRY_SECONDS).
+THROTTLE_TRIES = 3
+THROTTLE_WAIT_MAX = 10.0  # seconds
 TIMEOUT = 15.0
 USER_AGENT = "se-central-coverage"  # central's reads, told apart from operators' in the logs
 GROUPS = "/providers/Microsoft.Management/managementGroups"
@@ -54,7 +60,8 @@ class CoverageReader:
     def __init__(self, credential: Callable[[], Any], endpoint: str, subscriptions: Sequence[str],
                  management_groups: Sequence[str], principal_id: str, refresh: float,
                  tag: str = "se-forwarder", session: Optional[requests.Session] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._credential_factory = credential  # built on first read: no identity call at start-up
         self._credential: Any = None
         self.endpoint = endpoint.rstrip("/")
@@ -63,7 +70,7 @@ class CoverageReader:
         self.refresh = refresh
         self.tag = tag
         self.session = session or requests.Session()
-        self.clock = clock
+        self.clock, self.sleep = clock, sleep
         self._lock = threading.Lock()
         self._next = 0.0  # monotonic time of the next read
         self.inventory = Inventory()
@@ -122,14 +129,24 @@ class CoverageReader:
                                     "and use `se-fleet coverage --resource-group` for the rest")
 
     def _post(self, body: Dict[str, Any], token: str) -> Dict[str, Any]:
+        for attempt in range(1, THROTTLE_TRIES + 1):
+            response = self._send(body, token)
+            wait = throttle_wait(response.headers) if response.status_code == 429 else None
+            if wait is None or wait > THROTTLE_WAIT_MAX or attempt == THROTTLE_TRIES:
+                break
+            self.sleep(wait)
+        return self._answer(response)
+
+    def _send(self, body: Dict[str, Any], token: str) -> requests.Response:
         try:
-            response = self.session.post(f"{self.endpoint}{PATH}", params={"api-version": API_VERSION},
-                                         json=body, timeout=TIMEOUT,
-                                         headers={"Authorization": f"Bearer {token}",
-                                                  "User-Agent": USER_AGENT})
+            return self.session.post(f"{self.endpoint}{PATH}", params={"api-version": API_VERSION},
+                                     json=body, timeout=TIMEOUT,
+                                     headers={"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT})
         except requests.RequestException as exc:
             raise CoverageError(f"cannot reach Resource Graph at {self.endpoint}: "
                                 f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+    def _answer(self, response: requests.Response) -> Dict[str, Any]:
         try:
             doc = response.json()
         except ValueError:
@@ -140,8 +157,24 @@ class CoverageReader:
             message = str((error or {}).get("message") or response.text[:200])[:300]
             hint = ": central's identity needs Reader on every COVERAGE_SCOPES scope (docs/deploy.md, " \
                    "\"Cover a whole subscription\")" if response.status_code in (401, 403) else ""
+            if response.status_code == 429:
+                hint = (f": central's reads are throttled (quota resets after "
+                        f"{response.headers.get('x-ms-user-quota-resets-after') or '?'}); read again within "
+                        f"{RETRY_SECONDS:.0f} s")
             raise CoverageError(f"Resource Graph answered {response.status_code} {code} {message}{hint}")
         return doc
+
+
+def throttle_wait(headers: Mapping[str, str]) -> Optional[float]:
+    """Seconds until Resource Graph's quota resets: x-ms-user-quota-resets-after (hh:mm:ss), else
+    Retry-After (seconds); None when neither says."""
+    resets = str(headers.get("x-ms-user-quota-resets-after") or "")
+    parts = resets.split(":")
+    if len(parts) == 3 and all(p.strip().isdigit() for p in parts):
+        hours, minutes, seconds = (int(p) for p in parts)
+        return float(hours * 3600 + minutes * 60 + seconds)
+    retry_after = str(headers.get("Retry-After") or "").strip()
+    return float(retry_after) if retry_after.isdigit() else None
 
 
 def _parsed(rows: List[Dict[str, Any]], tag: str) -> List[coverage.Machine]:

@@ -141,6 +141,40 @@ def test_a_failed_read_is_an_error_in_the_view_never_an_exception(env: Dict[str,
                                        "KeyError")
 
 
+def test_a_throttled_page_is_read_again_when_the_quota_resets(env: Dict[str, Any]) -> None:
+    """Resource Graph's own throttling headers: a read of several pages survives a 429 or two; a quota that
+    does not reset in time ends the read as an error in the view that says so, never an exception."""
+    admin(env, "world", world())
+    waits: List[float] = []
+    clock = [0.0]
+    one = coverage_read.CoverageReader(
+        lambda: DefaultAzureCredential(exclude_interactive_browser_credential=True),
+        f"http://127.0.0.1:{env['graph']}", (SUB,), (), CENTRAL, 300.0, clock=lambda: clock[0],
+        sleep=waits.append)
+    admin(env, "throttle", {"queries": 2, "resetsAfter": "00:00:03"})
+    before = len(admin(env, "calls"))
+    got = one.get(datetime.now(timezone.utc))
+    assert got.error == "" and len(got.machines) > 2000
+    assert waits == [3.0, 3.0] and len(admin(env, "calls")) - before == 4  # the throttled 2 are not answered
+    admin(env, "throttle", {"queries": coverage_read.THROTTLE_TRIES, "resetsAfter": "00:00:02"})
+    clock[0] += 301
+    section = coverage_read.section(one, {"vms": []}, datetime.now(timezone.utc))
+    assert "429 RateLimiting" in section["error"] and "quota resets after 00:00:02" in section["error"]
+    assert section["vms"] > 2000  # the last good counts stay beside the error
+    admin(env, "throttle", {"queries": 1, "resetsAfter": "00:05:00"})  # too long to wait inside a read
+    clock[0] += coverage_read.RETRY_SECONDS
+    waits.clear()
+    assert "quota resets after 00:05:00" in one.get(datetime.now(timezone.utc)).error and waits == []
+    admin(env, "throttle", {"queries": 0})
+
+
+def test_throttle_wait_reads_both_headers() -> None:
+    assert coverage_read.throttle_wait({"x-ms-user-quota-resets-after": "00:01:05"}) == 65.0
+    assert coverage_read.throttle_wait({"Retry-After": "7"}) == 7.0
+    assert coverage_read.throttle_wait({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}) is None
+    assert coverage_read.throttle_wait({}) is None
+
+
 def test_without_scopes_the_view_says_coverage_is_not_configured(env: Dict[str, Any]) -> None:
     view = env["svc"].fleet()["coverage"]  # the in-process central: no COVERAGE_SCOPES
     assert view == {"configured": False, "note": view["note"]} and "COVERAGE_SCOPES" in view["note"]
