@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -41,6 +41,7 @@ from .alert_rules import DEFAULT_FLOOR, drop_quiet
 from .approval_queue import build_message, queue_name
 from .arm_approvals import arm_attempt
 from .inline import WaitingGroups, all_vms_over, candidates, freed_waiters, vms_by_name_over
+from .intake_lag import IntakeLag
 from .results import BatchResult, Decision
 from .vm_facts import LazyVms, groups_hint, reading_fewer
 
@@ -73,11 +74,21 @@ class Evaluator:
         self.state = state
         self.logs = logs
         self.policy = policy
-        self.config = config
+        self.base_config = config
+        self.intake_lag = IntakeLag()  # noted by the service for each batch it reads
         self.owed: Set[str] = set()  # alert keys committed by this call (delivered at once)
         self.shadow: Optional[Policy] = None  # POLICY_SHADOW_JSON: decided beside, recorded, never sent
         self.waiting_groups = WaitingGroups()  # the waiting events' budget groups, between calls (inline)
         self.alert_floor = DEFAULT_FLOOR  # STATUS_ALERT_MIN_SEVERITY: status alerts under it are not owed
+
+    @property
+    def config(self) -> DecideConfig:
+        """The decision settings, the leader liveness widened by how far behind the hub this instance reads
+        (central.runtime.intake_lag): a forwarder heard from in a backlog is judged as of that backlog."""
+        extra = self.intake_lag.allowance()
+        if not extra:
+            return self.base_config
+        return replace(self.base_config, liveness=self.base_config.liveness + extra)
 
     def view(self, now: datetime, candidates: List[EventRecord],
              planned: Optional[Changes] = None, screening: bool = False) -> FleetView:

@@ -206,6 +206,7 @@ class CentralService:
                     batch_keys.add(key)
                     keys.append(key)
                 items.append(item)
+            self.evaluator.intake_lag.note(now, (item.received for item in items))
             done = self._run(now, result, lambda: self.ingest.apply(items, now, result))
             for key in keys:
                 self._remember(key)
