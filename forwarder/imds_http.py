@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlencode, urlsplit
@@ -21,6 +22,10 @@ from urllib.parse import urlencode, urlsplit
 # exchange is then sent once more on a new connection (IMDS GETs and approvals are both idempotent).
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 MAX_IDLE_CONNECTIONS = 4  # the poller, the approval reader and a fast-path thread at most, at once
+# A connection idle longer is closed at the next exchange: the pool keeps what is in use (the poller's, at
+# 1 Hz), not what a rare moment of several threads at once opened (the 30-day soak: an IMDS connection
+# more for good after day 10, an open file the soak's rule counts as added).
+IDLE_SECONDS = 30.0
 
 
 def _kind(exc: BaseException) -> str:
@@ -59,7 +64,7 @@ class ImdsHttp:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/")
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[Tuple[http.client.HTTPConnection, float]] = []  # (connection, when given back)
         self._lock = threading.Lock()
 
     def exchange(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str],
@@ -111,21 +116,28 @@ class ImdsHttp:
         return http.client.HTTPConnection(self.host, self.port, timeout=connect_timeout)
 
     def _take(self, connect_timeout: float) -> Tuple[http.client.HTTPConnection, bool]:
+        """The connection given back last (LIFO: the busiest stays warm, the others age out)."""
+        oldest = time.monotonic() - IDLE_SECONDS
         with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
+            stale = [conn for conn, at in self._idle if at < oldest]
+            self._idle = [(conn, at) for conn, at in self._idle if at >= oldest]
+            taken = self._idle.pop()[0] if self._idle else None
+        for conn in stale:
+            conn.close()
+        if taken is not None:
+            return taken, True
         return self._new(connect_timeout), False
 
     def _give_back(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             if len(self._idle) < MAX_IDLE_CONNECTIONS:
-                self._idle.append(conn)
+                self._idle.append((conn, time.monotonic()))
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 

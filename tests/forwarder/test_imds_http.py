@@ -4,6 +4,7 @@ path that has one."""
 
 from __future__ import annotations
 
+import time
 from http.server import BaseHTTPRequestHandler
 from typing import Callable, List
 
@@ -50,6 +51,55 @@ def test_a_connection_dropped_while_idle_costs_a_resend_not_a_failure() -> None:
             client.close()
         assert client.health.failures == 0 and client.health.retries == 0
     assert len(ports) == 3 and len(set(ports)) == 3, ports  # a new connection each time
+
+
+def test_connections_opened_at_once_age_out_and_the_busy_one_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three threads at once open three connections; then one thread polls: it reuses one of them, and the
+    two it does not use are closed once idle for IDLE_SECONDS (seen by the kernel: their sockets end)."""
+    import threading
+
+    from forwarder import imds_http
+
+    monkeypatch.setattr(imds_http, "IDLE_SECONDS", 1.5)  # the client's rate limit spaces its calls too
+    ports: List[int] = []
+    gate = threading.Barrier(3)
+
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        handler.protocol_version = "HTTP/1.1"
+        ports.append(handler.client_address[1])
+        if len(ports) <= 3:
+            gate.wait(timeout=10)  # the first three are answered together: three connections
+        localhttp.reply(handler, 200, BODY, {"Content-Type": "application/json"})
+        handler.close_connection = False  # kept alive, as IMDS keeps it
+
+    with localhttp.serve(answer) as server:
+        client = ImdsClient(localhttp.url(server))
+        try:
+            threads = [threading.Thread(target=client.get_scheduled_events) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=20)
+            assert len(set(ports)) == 3
+            open_before = _established(server.server_address[1])
+            for _ in range(8):  # one thread polling every 0.3 s for 2.4 s: one connection stays busy
+                client.get_scheduled_events()
+                time.sleep(0.3)
+            assert set(ports[3:]) == {ports[3]} and ports[3] in ports[:3]  # one kept connection served them
+            deadline = time.monotonic() + 5
+            while _established(server.server_address[1]) != 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert open_before == 3 and _established(server.server_address[1]) == 1
+        finally:
+            client.close()
+
+
+def _established(port: int) -> int:
+    """This process's TCP connections to `port` still open (psutil: the kernel's view, not the pool's)."""
+    import psutil
+
+    return sum(1 for c in psutil.Process().net_connections(kind="tcp")
+               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
 
 
 def test_the_query_joins_a_path_that_has_one() -> None:
